@@ -1,0 +1,48 @@
+# The two commands: `make run` (the platform on embedded defaults) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TEST_DB ?= activate
+export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/$(TEST_DB)
+export TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: run test venv services cluster lint typecheck pytest bench drills clean
+
+$(BIN)/activate-installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/activate-installed
+
+run: venv
+	$(BIN)/python scripts/run.py
+
+services:
+	bash scripts/services.sh
+
+cluster:
+	bash scripts/testcluster.sh up
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy activate workers_app sessions_app cli
+
+pytest: venv
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest $(PYTEST_ARGS)
+
+test: venv services cluster lint typecheck pytest
+
+bench: venv services cluster
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m bench
+
+drills: venv services cluster
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m drills
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

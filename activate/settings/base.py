@@ -1,0 +1,181 @@
+"""Settings shared by every deployment; each value comes from the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from activate.env import ConfigurationError, EnvReader, require_less_than
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+DATA_DIR = BASE_DIR / "data"
+
+env = EnvReader()
+
+SECRET_KEY = env.str("ACTIVATE_SECRET_KEY", "insecure-development-key-change-me-0123456789abcdef")
+DEBUG = env.bool("ACTIVATE_DEBUG", False)
+ALLOWED_HOSTS = env.list("ACTIVATE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("ACTIVATE_CSRF_TRUSTED_ORIGINS", [])
+
+DATABASE_URL = env.optional_str("DATABASE_URL")
+if DATABASE_URL is None:
+    DATA_DIR.mkdir(exist_ok=True)
+    DATABASE_URL = f"sqlite:///{DATA_DIR / 'activate.sqlite3'}"
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+except ValueError as exc:
+    raise ConfigurationError(f"DATABASE_URL is not a database URL: {exc}") from None
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # SQLite serialises writers; a busy timeout keeps web, worker and beat from failing on locks.
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+REDIS_URL = env.url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "unix"))
+ACTIVATE_PUBLIC_URL = env.url(
+    "ACTIVATE_PUBLIC_URL", "http://127.0.0.1:8000", schemes=("http", "https")
+).rstrip("/")
+
+# Timing knobs, in seconds.
+ACTIVATE_PENDING_TIMEOUT = env.float("ACTIVATE_PENDING_TIMEOUT", 7200, minimum=1)
+ACTIVATE_QUEUED_TIMEOUT = env.float("ACTIVATE_QUEUED_TIMEOUT", 604800, minimum=1)
+ACTIVATE_HEARTBEAT_INTERVAL = env.float("ACTIVATE_HEARTBEAT_INTERVAL", 30, minimum=0.1)
+ACTIVATE_HEARTBEAT_TIMEOUT = env.float("ACTIVATE_HEARTBEAT_TIMEOUT", 120, minimum=1)
+ACTIVATE_PURGE_AFTER = env.float("ACTIVATE_PURGE_AFTER", 3600, minimum=0)
+ACTIVATE_POLL_INTERVAL = env.float("ACTIVATE_POLL_INTERVAL", 30, minimum=0.1)
+ACTIVATE_SWEEP_INTERVAL = env.float("ACTIVATE_SWEEP_INTERVAL", 10, minimum=0.1)
+ACTIVATE_PROBE_INTERVAL = env.float("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
+ACTIVATE_RECONCILE_INTERVAL = env.float("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
+ACTIVATE_SSH_CONNECT_TIMEOUT = env.float("ACTIVATE_SSH_CONNECT_TIMEOUT", 10, minimum=0.1)
+ACTIVATE_SSH_COMMAND_TIMEOUT = env.float("ACTIVATE_SSH_COMMAND_TIMEOUT", 60, minimum=0.1)
+ACTIVATE_SSH_MAX_CHANNELS = env.int("ACTIVATE_SSH_MAX_CHANNELS", 8, minimum=1)
+
+# An agent must be able to miss one beat without being declared lost.
+require_less_than(
+    ("2 * ACTIVATE_HEARTBEAT_INTERVAL", 2 * ACTIVATE_HEARTBEAT_INTERVAL),
+    ("ACTIVATE_HEARTBEAT_TIMEOUT", ACTIVATE_HEARTBEAT_TIMEOUT),
+)
+require_less_than(
+    ("ACTIVATE_SWEEP_INTERVAL", ACTIVATE_SWEEP_INTERVAL),
+    ("ACTIVATE_HEARTBEAT_TIMEOUT", ACTIVATE_HEARTBEAT_TIMEOUT),
+)
+require_less_than(
+    ("ACTIVATE_POLL_INTERVAL", ACTIVATE_POLL_INTERVAL),
+    ("ACTIVATE_PENDING_TIMEOUT", ACTIVATE_PENDING_TIMEOUT),
+)
+require_less_than(
+    ("ACTIVATE_PENDING_TIMEOUT", ACTIVATE_PENDING_TIMEOUT),
+    ("ACTIVATE_QUEUED_TIMEOUT", ACTIVATE_QUEUED_TIMEOUT),
+)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "workers_app",
+    "sessions_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "activate.urls"
+WSGI_APPLICATION = "activate.wsgi.application"
+ASGI_APPLICATION = "activate.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "/admin/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "workers_app.api.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "ACTIVATE API",
+    "DESCRIPTION": "Request, track and delete workers (compute nodes reserved through a scheduler).",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env.int("ACTIVATE_TASK_TIME_LIMIT", 300, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30 if CELERY_TASK_TIME_LIMIT > 60 else None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Unacknowledged tasks (a worker killed mid-task) come back after this long; tasks are idempotent.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("ACTIVATE_TASK_VISIBILITY_TIMEOUT", 600, minimum=1)
+}
+CELERY_TASK_ALWAYS_EAGER = env.bool("ACTIVATE_TASKS_EAGER", False)
+
+
+def _beat(task: str, interval: float) -> dict[str, object]:
+    return {"task": task, "schedule": interval, "options": {"expires": interval}}
+
+
+CELERY_BEAT_SCHEDULE = {
+    "poll-schedulers": _beat("workers_app.tasks.poll_clusters", ACTIVATE_POLL_INTERVAL),
+    "sweep-timeouts": _beat("workers_app.tasks.sweep_timeouts", ACTIVATE_SWEEP_INTERVAL),
+    "sweep-heartbeats": _beat("workers_app.tasks.sweep_heartbeats", ACTIVATE_SWEEP_INTERVAL),
+    "dispatch-pending": _beat("workers_app.tasks.dispatch_pending", ACTIVATE_SWEEP_INTERVAL),
+    "probe-clusters": _beat("workers_app.tasks.probe_clusters", ACTIVATE_PROBE_INTERVAL),
+    "reconcile-jobs": _beat("workers_app.tasks.reconcile_clusters", ACTIVATE_RECONCILE_INTERVAL),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("ACTIVATE_LOG_LEVEL", "INFO")},
+    "loggers": {"paramiko": {"level": "WARNING"}},
+}

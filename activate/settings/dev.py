@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from .base import *  # noqa: F403
+
+DEBUG = env.bool("ACTIVATE_DEBUG", True)  # noqa: F405

@@ -1,0 +1,605 @@
+#!/usr/bin/env bash
+# testcluster.sh - turn this (Debian 12) machine into a real single-node Slurm
+# cluster reachable over real SSH on loopback, for tests and `make run`.
+#
+# Usage: scripts/testcluster.sh {up|down|status|check|env|
+#                                stop-sshd|start-sshd|stop-slurmctld|start-slurmctld}
+#
+# Idempotent: `up` on an already running cluster only verifies it (fast).
+# Must run as root. See scripts/README.md.
+set -euo pipefail
+
+# ---------------------------------------------------------------- settings --
+REPO_ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CLUSTER_DIR="$REPO_ROOT/.cluster"
+ENV_FILE="$CLUSTER_DIR/cluster.env"
+CLIENT_KEY="$CLUSTER_DIR/id_ed25519"
+KNOWN_HOST_FILE="$CLUSTER_DIR/known_host"      # "ssh-ed25519 AAAA..."
+KNOWN_HOSTS_FILE="$CLUSTER_DIR/known_hosts"    # "[127.0.0.1]:2222 ssh-ed25519 AAAA..."
+
+SSH_HOST=127.0.0.1
+SSH_PORT=2222
+SSH_USER=pwtest
+SSHD_CONFIG=/etc/ssh/sshd_activate_test_config
+SSHD_HOST_KEY=/etc/ssh/ssh_host_ed25519_key
+SSHD_PIDFILE=/run/sshd_activate_test.pid
+SSHD_LOG=/var/log/sshd_activate_test.log
+
+SLURM_CONF=/etc/slurm/slurm.conf
+SLURM_CLUSTER_NAME=activatetest
+SLURM_PARTITION=debug
+SLURM_LOG_DIR=/var/log/slurm
+SLURMCTLD_PIDFILE=/run/slurmctld.pid
+SLURMD_PIDFILE=/run/slurmd.pid
+SLURM_STATE_DIR=/var/lib/slurm/slurmctld
+SLURMD_SPOOL_DIR=/var/lib/slurm/slurmd
+# Declared CPUs (overcommitted on purpose: many tiny 1-CPU jobs at once).
+SLURM_MIN_CPUS="${ACTIVATE_TEST_CLUSTER_CPUS:-64}"
+
+LOCK_FILE=/run/activate-testcluster.lock
+PACKAGES=(munge slurmctld slurmd slurm-client openssh-server)
+
+NODE_NAME="$(uname -n)"
+NODE_NAME="${NODE_NAME%%.*}"   # short host name, as slurmd/slurmctld use it
+
+# ----------------------------------------------------------------- helpers --
+log() { printf '[testcluster] %s\n' "$*" >&2; }
+die() { printf '[testcluster] ERROR: %s\n' "$*" >&2; exit 1; }
+
+need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root"; }
+
+# Serialise concurrent invocations (e.g. parallel test runners).
+take_lock() {
+    exec 9>"$LOCK_FILE"
+    flock -w 600 9 || die "could not take $LOCK_FILE"
+}
+
+# pids whose /proc/PID/comm equals $1 (optionally cmdline contains $2)
+pids_by_comm() {
+    local want="$1" needle="${2:-}" d c cmd
+    for d in /proc/[0-9]*; do
+        read -r c <"$d/comm" 2>/dev/null || continue
+        [[ $c == "$want" ]] || continue
+        if [[ -n $needle ]]; then
+            cmd="$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)" || continue
+            [[ $cmd == *"$needle"* ]] || continue
+        fi
+        echo "${d#/proc/}"
+    done
+}
+
+ppid_of() { awk '/^PPid:/{print $2}' "/proc/$1/status" 2>/dev/null || true; }
+
+# Kill the given pids (TERM, then KILL after $timeout s) and wait until gone.
+kill_and_wait() {
+    local timeout="$1"; shift
+    local pids=("$@") p alive deadline
+    [[ ${#pids[@]} -gt 0 ]] || return 0
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    deadline=$((SECONDS + timeout))
+    while :; do
+        alive=()
+        for p in "${pids[@]}"; do [[ -d /proc/$p ]] && alive+=("$p"); done
+        [[ ${#alive[@]} -eq 0 ]] && return 0
+        if ((SECONDS >= deadline)); then
+            kill -KILL "${alive[@]}" 2>/dev/null || true
+            sleep 0.2
+            return 0
+        fi
+        sleep 0.1
+    done
+}
+
+# Start a daemon fully detached from the caller (own session, no inherited
+# stdio, so a CI runner's pipes are not held open).
+spawn_detached() {
+    local out="$1"; shift
+    setsid "$@" </dev/null >>"$out" 2>&1
+}
+
+# wait_until TIMEOUT DESCRIPTION CMD...  (polls CMD every 0.25s)
+wait_until() {
+    local timeout="$1" what="$2"; shift 2
+    local deadline=$((SECONDS + timeout))
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.25
+    done
+}
+
+# Write stdin to $1 (mode $2) only if the content differs. Returns 0 when the
+# file changed, 1 when it was already up to date.
+write_if_changed() {
+    local dst="$1" mode="$2" tmp
+    tmp="$(mktemp "${dst}.XXXXXX")"
+    cat >"$tmp"
+    if [[ -f $dst ]] && cmp -s "$tmp" "$dst"; then
+        rm -f "$tmp"
+        chmod "$mode" "$dst"
+        return 1
+    fi
+    chmod "$mode" "$tmp"
+    mv -f "$tmp" "$dst"
+    return 0
+}
+
+# ---------------------------------------------------------------- packages --
+packages_missing() {
+    local f
+    for f in /usr/sbin/munged /usr/bin/munge /usr/bin/unmunge \
+             /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch /usr/bin/sinfo \
+             /usr/bin/scontrol /usr/bin/srun /usr/sbin/sshd /usr/bin/ssh \
+             /usr/bin/ssh-keygen; do
+        [[ -x $f ]] || return 0
+    done
+    return 1
+}
+
+ensure_packages() {
+    packages_missing || return 0
+    log "installing ${PACKAGES[*]} (apt-get)"
+    # Lock timeout: wait for any concurrently running apt/dpkg instead of failing.
+    apt-get -o DPkg::Lock::Timeout=600 update
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
+        install -y "${PACKAGES[@]}"
+    packages_missing && die "packages still missing after apt-get install"
+    return 0
+}
+
+# ------------------------------------------------------------------- munge --
+munge_ok() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+ensure_munge() {
+    install -d -o munge -g munge -m 0700 /etc/munge
+    if [[ ! -s /etc/munge/munge.key ]]; then
+        log "creating /etc/munge/munge.key"
+        if command -v mungekey >/dev/null 2>&1; then
+            mungekey --create --keyfile=/etc/munge/munge.key --force
+        else
+            dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+        fi
+    fi
+    chown munge:munge /etc/munge/munge.key
+    chmod 0600 /etc/munge/munge.key
+    install -d -o munge -g munge -m 0755 /run/munge
+    install -d -o munge -g munge -m 0700 /var/lib/munge
+    install -d -o munge -g munge -m 0700 /var/log/munge
+
+    munge_ok && return 0
+    # A stale munged (or stale socket) may be around; clear it.
+    local pids
+    mapfile -t pids < <(pids_by_comm munged)
+    kill_and_wait 10 "${pids[@]}"
+    rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock /run/munge/munged.pid
+    log "starting munged"
+    spawn_detached /var/log/munge/munged.stdout \
+        runuser -u munge -- /usr/sbin/munged
+    wait_until 20 munge munge_ok || die "munged did not come up (see /var/log/munge/)"
+}
+
+# ------------------------------------------------------------------- slurm --
+mem_total_mb() { awk '/^MemTotal:/{print int($2/1024)}' /proc/meminfo; }
+
+render_slurm_conf() {
+    local cpus mem
+    cpus="$(nproc)"
+    ((cpus < SLURM_MIN_CPUS)) && cpus="$SLURM_MIN_CPUS"
+    mem="$(mem_total_mb)"
+    mem=$((mem * 95 / 100))
+    ((mem < 1)) && mem=1
+    cat <<EOF
+# Generated by scripts/testcluster.sh - single-node TEST cluster. Do not edit.
+ClusterName=${SLURM_CLUSTER_NAME}
+SlurmctldHost=${NODE_NAME}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=6817
+SlurmdPort=6818
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=${SLURM_STATE_DIR}
+SlurmdSpoolDir=${SLURMD_SPOOL_DIR}
+SlurmctldPidFile=${SLURMCTLD_PIDFILE}
+SlurmdPidFile=${SLURMD_PIDFILE}
+SlurmctldLogFile=${SLURM_LOG_DIR}/slurmctld.log
+SlurmdLogFile=${SLURM_LOG_DIR}/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MpiDefault=none
+SwitchType=switch/none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=1,default_queue_depth=1000,bf_max_job_test=1000,bf_continue
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# Let the node declare more CPUs/memory than physically present.
+SlurmdParameters=config_overrides
+ReturnToService=2
+InactiveLimit=0
+KillWait=5
+MinJobAge=600
+MaxJobCount=20000
+SlurmctldTimeout=30
+SlurmdTimeout=60
+NodeName=${NODE_NAME} NodeAddr=127.0.0.1 NodeHostname=${NODE_NAME} CPUs=${cpus} RealMemory=${mem} State=UNKNOWN
+PartitionName=debug Nodes=${NODE_NAME} Default=YES MaxTime=INFINITE State=UP
+PartitionName=short Nodes=${NODE_NAME} MaxTime=01:00:00 State=UP
+EOF
+}
+
+slurmctld_pids() { pids_by_comm slurmctld; }
+slurmd_pids()    { pids_by_comm slurmd; }
+
+slurmctld_ping() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+
+# First state of our node as sinfo prints it (e.g. idle, mixed, idle*, drained)
+node_state() { sinfo -h -N -n "$NODE_NAME" -o '%T' 2>/dev/null | head -n1; }
+
+node_ready() {
+    case "$(node_state)" in
+        idle|mixed|allocated|completing) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
+ensure_slurm_config() {
+    install -d -m 0755 /etc/slurm "$SLURM_LOG_DIR" "$SLURM_STATE_DIR" "$SLURMD_SPOOL_DIR"
+    if render_slurm_conf | write_if_changed "$SLURM_CONF" 0644; then
+        log "wrote $SLURM_CONF"
+        return 0   # changed
+    fi
+    return 1
+}
+
+start_slurmctld() {
+    if [[ -n $(slurmctld_pids) ]]; then
+        wait_until 60 slurmctld slurmctld_ping || die "slurmctld running but not answering (see $SLURM_LOG_DIR/slurmctld.log)"
+        return 0
+    fi
+    log "starting slurmctld"
+    rm -f "$SLURMCTLD_PIDFILE"
+    spawn_detached "$SLURM_LOG_DIR/slurmctld.stdout" /usr/sbin/slurmctld
+    wait_until 60 slurmctld slurmctld_ping || die "slurmctld did not come up (see $SLURM_LOG_DIR/slurmctld.log)"
+}
+
+stop_slurmctld() {
+    local pids
+    mapfile -t pids < <(slurmctld_pids)
+    [[ ${#pids[@]} -gt 0 ]] || return 0
+    log "stopping slurmctld (${pids[*]})"
+    kill_and_wait 30 "${pids[@]}"
+    rm -f "$SLURMCTLD_PIDFILE"
+}
+
+start_slurmd() {
+    [[ -n $(slurmd_pids) ]] && return 0
+    log "starting slurmd"
+    rm -f "$SLURMD_PIDFILE"
+    spawn_detached "$SLURM_LOG_DIR/slurmd.stdout" /usr/sbin/slurmd -N "$NODE_NAME"
+    wait_until 30 slurmd test -s "$SLURMD_PIDFILE" || die "slurmd did not come up (see $SLURM_LOG_DIR/slurmd.log)"
+}
+
+stop_slurmd() {
+    local pids
+    mapfile -t pids < <(slurmd_pids)
+    [[ ${#pids[@]} -gt 0 ]] || return 0
+    log "stopping slurmd (${pids[*]})"
+    kill_and_wait 30 "${pids[@]}"
+    rm -f "$SLURMD_PIDFILE"
+}
+
+# Wait until the node is usable; resume it if it is down/drained (a test
+# cluster should never stay drained after e.g. an unclean restart).
+wait_node_ready() {
+    local deadline=$((SECONDS + 90)) next_resume=$((SECONDS + 3)) st
+    while ! node_ready; do
+        st="$(node_state)"
+        if ((SECONDS >= deadline)); then
+            scontrol show node "$NODE_NAME" >&2 || true
+            die "node $NODE_NAME not ready (state '$st'; see $SLURM_LOG_DIR/)"
+        fi
+        if [[ $st == *drain* || $st == down* ]] && ((SECONDS >= next_resume)); then
+            log "node state '$st' - resuming"
+            scontrol update NodeName="$NODE_NAME" State=RESUME >/dev/null 2>&1 || true
+            next_resume=$((SECONDS + 5))
+        fi
+        sleep 0.25
+    done
+}
+
+ensure_slurm() {
+    local changed=0
+    ensure_slurm_config && changed=1
+    if ((changed)) && [[ -n "$(slurmctld_pids)$(slurmd_pids)" ]]; then
+        log "slurm.conf changed - restarting Slurm daemons"
+        stop_slurmd
+        stop_slurmctld
+    fi
+    start_slurmctld
+    start_slurmd
+    wait_node_ready
+}
+
+# --------------------------------------------------------------------- ssh --
+ensure_user() {
+    if ! getent passwd "$SSH_USER" >/dev/null; then
+        log "creating user $SSH_USER"
+        useradd --create-home --shell /bin/bash "$SSH_USER"
+    fi
+    local home
+    home="$(getent passwd "$SSH_USER" | cut -d: -f6)"
+    [[ -d $home ]] || install -d -o "$SSH_USER" -g "$(id -gn "$SSH_USER")" -m 0755 "$home"
+    # With UsePAM=no sshd refuses accounts whose password field starts with
+    # '!' (locked, useradd's default). '*' = no password, but not locked.
+    if [[ $(getent shadow "$SSH_USER" | cut -d: -f2) == '!'* ]]; then
+        usermod -p '*' "$SSH_USER"
+    fi
+}
+
+ensure_client_key() {
+    install -d -m 0755 "$CLUSTER_DIR"
+    if [[ ! -s $CLIENT_KEY || ! -s $CLIENT_KEY.pub ]]; then
+        log "generating client key $CLIENT_KEY"
+        rm -f "$CLIENT_KEY" "$CLIENT_KEY.pub"
+        ssh-keygen -q -t ed25519 -N '' -C "activate-testcluster" -f "$CLIENT_KEY"
+    fi
+    chmod 0600 "$CLIENT_KEY"
+    chmod 0644 "$CLIENT_KEY.pub"
+
+    local home group pub
+    home="$(getent passwd "$SSH_USER" | cut -d: -f6)"
+    group="$(id -gn "$SSH_USER")"
+    pub="$(cat "$CLIENT_KEY.pub")"
+    install -d -o "$SSH_USER" -g "$group" -m 0700 "$home/.ssh"
+    touch "$home/.ssh/authorized_keys"
+    grep -qxF -- "$pub" "$home/.ssh/authorized_keys" || printf '%s\n' "$pub" >>"$home/.ssh/authorized_keys"
+    chown "$SSH_USER:$group" "$home/.ssh/authorized_keys"
+    chmod 0600 "$home/.ssh/authorized_keys"
+}
+
+host_key_line() { awk '{print $1" "$2}' "$SSHD_HOST_KEY.pub"; }
+
+render_sshd_config() {
+    cat <<EOF
+# Generated by scripts/testcluster.sh - dedicated TEST sshd. Do not edit.
+Port ${SSH_PORT}
+ListenAddress ${SSH_HOST}
+HostKey ${SSHD_HOST_KEY}
+PidFile ${SSHD_PIDFILE}
+AllowUsers ${SSH_USER}
+PermitRootLogin no
+AuthenticationMethods publickey
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+HostbasedAuthentication no
+PermitEmptyPasswords no
+UsePAM no
+AuthorizedKeysFile .ssh/authorized_keys
+StrictModes yes
+UseDNS no
+PrintMotd no
+X11Forwarding no
+LoginGraceTime 30
+MaxAuthTries 6
+MaxSessions 100
+MaxStartups 100:30:200
+AcceptEnv LANG LC_*
+Subsystem sftp internal-sftp
+LogLevel INFO
+EOF
+}
+
+sshd_pids() { pids_by_comm sshd "$SSHD_CONFIG"; }
+
+ssh_opts() {
+    printf '%s\n' -i "$CLIENT_KEY" -p "$SSH_PORT" \
+        -o BatchMode=yes -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes \
+        -o UserKnownHostsFile="$KNOWN_HOSTS_FILE" -o GlobalKnownHostsFile=/dev/null \
+        -o ConnectTimeout=5 -o LogLevel=ERROR
+}
+
+ssh_ok() {
+    local opts
+    mapfile -t opts < <(ssh_opts)
+    ssh "${opts[@]}" "$SSH_USER@$SSH_HOST" true </dev/null
+}
+
+ensure_sshd_config() {
+    if [[ ! -s $SSHD_HOST_KEY || ! -s $SSHD_HOST_KEY.pub ]]; then
+        log "generating host key $SSHD_HOST_KEY"
+        rm -f "$SSHD_HOST_KEY" "$SSHD_HOST_KEY.pub"
+        ssh-keygen -q -t ed25519 -N '' -f "$SSHD_HOST_KEY"
+    fi
+    install -d -m 0755 /run/sshd
+    if render_sshd_config | write_if_changed "$SSHD_CONFIG" 0644; then
+        log "wrote $SSHD_CONFIG"
+        /usr/sbin/sshd -t -f "$SSHD_CONFIG" || die "invalid $SSHD_CONFIG"
+        return 0
+    fi
+    return 1
+}
+
+start_sshd() {
+    install -d -m 0755 /run/sshd
+    if [[ -z $(sshd_pids) ]]; then
+        log "starting sshd on $SSH_HOST:$SSH_PORT"
+        rm -f "$SSHD_PIDFILE"
+        spawn_detached "$SSHD_LOG" /usr/sbin/sshd -f "$SSHD_CONFIG" -E "$SSHD_LOG"
+    fi
+    wait_until 30 sshd ssh_ok || die "sshd does not accept the test key (see $SSHD_LOG)"
+}
+
+# Simulates an outage: stops the listener AND drops established connections.
+stop_sshd() {
+    local listeners=() conns=() p l
+    mapfile -t listeners < <(sshd_pids)
+    [[ ${#listeners[@]} -gt 0 ]] || return 0
+    for p in $(pids_by_comm sshd); do
+        for l in "${listeners[@]}"; do
+            [[ $(ppid_of "$p") == "$l" ]] && conns+=("$p")
+        done
+    done
+    log "stopping sshd (${listeners[*]}; ${#conns[@]} connection(s))"
+    kill_and_wait 10 "${listeners[@]}"
+    [[ ${#conns[@]} -gt 0 ]] && kill_and_wait 10 "${conns[@]}"
+    rm -f "$SSHD_PIDFILE"
+}
+
+ensure_sshd() {
+    if ensure_sshd_config && [[ -n $(sshd_pids) ]]; then
+        log "sshd config changed - restarting sshd"
+        stop_sshd
+    fi
+    start_sshd
+}
+
+write_cluster_files() {
+    install -d -m 0755 "$CLUSTER_DIR"
+    local hk
+    hk="$(host_key_line)"
+    printf '%s\n' "$hk" | write_if_changed "$KNOWN_HOST_FILE" 0644 || true
+    printf '[%s]:%s %s\n' "$SSH_HOST" "$SSH_PORT" "$hk" | write_if_changed "$KNOWN_HOSTS_FILE" 0644 || true
+    write_if_changed "$ENV_FILE" 0644 <<EOF || true
+ACTIVATE_TEST_SSH_HOST=${SSH_HOST}
+ACTIVATE_TEST_SSH_PORT=${SSH_PORT}
+ACTIVATE_TEST_SSH_USER=${SSH_USER}
+ACTIVATE_TEST_SSH_KEY=${CLIENT_KEY}
+ACTIVATE_TEST_SSH_HOST_KEY=${hk}
+ACTIVATE_TEST_SLURM_PARTITION=${SLURM_PARTITION}
+EOF
+}
+
+# ------------------------------------------------------------------ checks --
+# End-to-end check over SSH as the test user (sbatch/squeue/scontrol/scancel/
+# sinfo/srun --overlap, python3 and loopback HTTP from inside a job).
+run_check() {
+    local opts
+    mapfile -t opts < <(ssh_opts)
+    rs() { ssh "${opts[@]}" "$SSH_USER@$SSH_HOST" "$@"; }
+
+    # Tiny HTTP server on loopback (root side) for the job to talk to.
+    local portfile srvpid port
+    portfile="$(mktemp)"
+    python3 - "$portfile" <<'PY' &
+import http.server, socketserver, sys, threading
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"pong")
+    def log_message(self, *a): pass
+srv = socketserver.TCPServer(("127.0.0.1", 0), H)
+open(sys.argv[1], "w").write(str(srv.server_address[1]))
+threading.Timer(120, srv.shutdown).start()
+srv.serve_forever()
+PY
+    srvpid=$!
+    wait_until 10 http test -s "$portfile"
+    port="$(cat "$portfile")"; rm -f "$portfile"
+
+    echo "== sinfo"; rs sinfo
+    echo "== sbatch (script on stdin): python3 + HTTP to 127.0.0.1:$port"
+    local jid
+    jid="$(rs sbatch --parsable --job-name=tc-check --time=2 -o 'tc-check-%j.out' <<EOF
+#!/bin/bash
+/usr/bin/python3 -c 'import urllib.request,sys; print("http:", urllib.request.urlopen("http://127.0.0.1:$port/").read().decode()); print("py", sys.version.split()[0])'
+sleep 20
+EOF
+)"
+    echo "job $jid"
+    wait_until 30 running bash -c "[[ \$(squeue -h -j $jid -o %T) == RUNNING ]]" || die "job $jid not running"
+    echo "== squeue"; rs squeue -o "'%.10i %.9P %.20j %.8u %.10T %.10M %.10l %.6D %R'"
+    echo "== srun --jobid=$jid --overlap hostname"; rs srun --jobid="$jid" --overlap hostname
+    echo "== scancel $jid"; rs scancel "$jid"
+    wait_until 30 ended bash -c "[[ \$(scontrol show job $jid 2>/dev/null) != *JobState=RUNNING* && \$(scontrol show job $jid 2>/dev/null) != *JobState=COMPLETING* ]]"
+    echo "== scontrol show job $jid (after end)"
+    rs scontrol show job "$jid" | grep -oE '(JobState|Reason|ExitCode)=[^ ]+'
+    local out
+    out="$(rs cat "tc-check-$jid.out")"; rs rm -f "tc-check-$jid.out"
+    echo "== job output"; printf '%s\n' "$out"
+    kill "$srvpid" 2>/dev/null || true
+    wait "$srvpid" 2>/dev/null || true
+    [[ $out == *"http: pong"* ]] || die "job could not reach http://127.0.0.1:$port/"
+    echo "check OK"
+}
+
+# ----------------------------------------------------------------- summary --
+summary() {
+    cat <<EOF
+------------------------------------------------------------------------
+Slurm test cluster is UP
+  node      : $NODE_NAME ($(node_state)), partitions: debug (default), short
+  ssh       : ssh -i $CLIENT_KEY -p $SSH_PORT -o UserKnownHostsFile=$KNOWN_HOSTS_FILE $SSH_USER@$SSH_HOST
+  env file  : $ENV_FILE
+------------------------------------------------------------------------
+EOF
+    sinfo
+}
+
+# -------------------------------------------------------------------- main --
+usage() {
+    cat >&2 <<EOF
+usage: $0 {up|down|status|check|env|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld}
+EOF
+    exit 2
+}
+
+cmd="${1:-}"
+case "$cmd" in
+    env)
+        echo "$ENV_FILE"
+        exit 0 ;;
+    up|down|status|check|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld) ;;
+    *) usage ;;
+esac
+
+need_root
+take_lock
+
+case "$cmd" in
+    up)
+        ensure_packages
+        ensure_munge
+        ensure_user
+        ensure_client_key
+        ensure_sshd_config || true
+        write_cluster_files
+        ensure_slurm
+        ensure_sshd
+        [[ -x /usr/bin/python3 ]] || log "WARNING: /usr/bin/python3 missing - jobs that need it will fail"
+        summary
+        ;;
+    down)
+        stop_slurmd
+        stop_slurmctld
+        stop_sshd
+        log "down (munged left running)"
+        ;;
+    status)
+        printf 'munged    : %s\n' "$(munge_ok && echo up || echo DOWN)"
+        printf 'slurmctld : %s\n' "$(slurmctld_ping && echo up || echo DOWN)"
+        printf 'slurmd    : %s\n' "$([[ -n $(slurmd_pids) ]] && echo up || echo DOWN)"
+        printf 'node      : %s\n' "$(node_state || true)"
+        printf 'sshd      : %s\n' "$(ssh_ok >/dev/null 2>&1 && echo up || echo DOWN)"
+        ;;
+    check)
+        run_check
+        ;;
+    stop-sshd)
+        stop_sshd ;;
+    start-sshd)
+        ensure_user
+        ensure_client_key
+        ensure_sshd_config || true
+        write_cluster_files
+        start_sshd ;;
+    stop-slurmctld)
+        stop_slurmctld ;;
+    start-slurmctld)
+        ensure_munge
+        start_slurmctld
+        wait_node_ready ;;
+esac

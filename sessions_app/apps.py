@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class SessionsAppConfig(AppConfig):
+    name = "sessions_app"
+    label = "sessions_app"
+    verbose_name = "Sessions"
+    default_auto_field = "django.db.models.BigAutoField"

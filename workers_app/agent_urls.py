@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from workers_app import agent_views
+
+urlpatterns = [
+    path("connect", agent_views.connect, name="agent-connect"),
+    path("heartbeat", agent_views.heartbeat, name="agent-heartbeat"),
+]

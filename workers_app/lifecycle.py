@@ -1,0 +1,303 @@
+"""The worker lifecycle: one function per status change, and nothing else writes a status.
+
+Each change is a compare-and-set on the status that was read, plus an event row, in one
+transaction; side effects (cancelling a job, ending sessions) run after commit. Two callers
+racing for the same change cannot both win: the loser's update matches no row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from workers_app.models import Worker, WorkerEvent
+from workers_app.statuses import FINISHED, WorkerStatus, can_transition
+
+S = WorkerStatus
+log = logging.getLogger(__name__)
+
+REASON_PENDING_TIMEOUT = "Timed out waiting for worker to connect"
+REASON_QUEUED_TIMEOUT = "Timed out waiting in the scheduler queue"
+REASON_DISCONNECTED = "Worker disconnected"
+REASON_DELETED = "Deleted by user"
+REASON_CANCELED = "Canceled"
+REASON_CANCELED_BEFORE_SUBMIT = "Canceled before it was sent to the cluster"
+
+_MAX_RACE_RETRIES = 5
+
+
+def _deadline(status: WorkerStatus, now: datetime) -> datetime | None:
+    timeout = {
+        S.PENDING: settings.ACTIVATE_PENDING_TIMEOUT,
+        S.QUEUED: settings.ACTIVATE_QUEUED_TIMEOUT,
+        # A running job whose agent never calls back gets the same allowance as a pending one.
+        S.STARTING: settings.ACTIVATE_PENDING_TIMEOUT,
+    }.get(status)
+    return None if timeout is None else now + timedelta(seconds=timeout)
+
+
+def initial_deadline(now: datetime) -> datetime | None:
+    return _deadline(S.PENDING, now)
+
+
+def _change(
+    worker: Worker,
+    new: WorkerStatus,
+    *,
+    allowed_from: Iterable[WorkerStatus],
+    reason: str,
+    fields: dict[str, Any] | None = None,
+    match: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Move ``worker`` to ``new`` if its stored status is one of ``allowed_from``.
+
+    Returns whether this call made the change. ``worker`` is refreshed with the written values.
+    """
+    allowed = frozenset(allowed_from)
+    now = now or timezone.now()
+    for _ in range(_MAX_RACE_RETRIES):
+        current = Worker.objects.filter(pk=worker.pk).values_list("status", flat=True).first()
+        if current is None or current not in allowed or not can_transition(current, new):
+            if current is not None:
+                worker.status = current
+            return False
+        values: dict[str, Any] = {
+            "status": new,
+            "status_reason": reason[:512],
+            "updated_at": now,
+            "deadline_at": _deadline(new, now),
+        }
+        if new in FINISHED:
+            values["finished_at"] = now
+        values.update(fields or {})
+        with transaction.atomic():
+            rows = Worker.objects.filter(pk=worker.pk, status=current, **(match or {}))
+            won = rows.update(**values) == 1
+            if won:
+                WorkerEvent.objects.create(
+                    worker_id=worker.pk,
+                    old_status=current,
+                    new_status=new,
+                    reason=values["status_reason"],
+                    at=now,
+                )
+                for name, value in values.items():
+                    setattr(worker, name, value)
+                _after_change(worker, S(current), new)
+                log.info("worker %s: %s -> %s (%s)", worker.public_id, current, new, reason)
+                return True
+            if match and not Worker.objects.filter(pk=worker.pk, **match).exists():
+                return False
+        # Someone else changed the status between our read and our write: read again.
+    return False
+
+
+def _after_change(worker: Worker, old: WorkerStatus, new: WorkerStatus) -> None:
+    from sessions_app import services as sessions
+    from workers_app import heartbeats, tasks
+
+    worker_id = worker.pk
+    if worker.cancel_requested:
+        transaction.on_commit(lambda: tasks.cancel_worker_job.delay(worker_id))
+    if new in FINISHED:
+        failed = worker.status_reason == REASON_DISCONNECTED or new == S.ERROR
+        sessions.finish_sessions_of_worker(worker_id, reason=worker.status_reason, failed=failed)
+        public_id = worker.public_id
+        transaction.on_commit(lambda: heartbeats.HeartbeatStore().forget(worker_id, public_id))
+
+
+def record_event(worker: Worker, reason: str) -> None:
+    """A note in the worker's history that is not a status change (e.g. an adopted job)."""
+    WorkerEvent.objects.create(
+        worker_id=worker.pk, old_status=worker.status, new_status=worker.status, reason=reason
+    )
+
+
+# One function per change. Each returns whether it made the change.
+
+
+def mark_submitted(worker: Worker, *, job_id: str, now: datetime | None = None) -> bool:
+    now = now or timezone.now()
+    return _change(
+        worker,
+        S.QUEUED,
+        allowed_from=[S.PENDING],
+        reason="",
+        fields={"scheduler_job_id": job_id, "submitted_at": now, "next_attempt_at": None},
+        now=now,
+    )
+
+
+def mark_started(worker: Worker, *, hostname: str, now: datetime | None = None) -> bool:
+    now = now or timezone.now()
+    return _change(
+        worker,
+        S.STARTING,
+        allowed_from=[S.PENDING, S.QUEUED],
+        reason="",
+        fields={"node_hostname": hostname, "started_at": now},
+        now=now,
+    )
+
+
+def mark_requeued(worker: Worker, *, reason: str) -> bool:
+    return _change(
+        worker,
+        S.QUEUED,
+        allowed_from=[S.STARTING, S.CONNECTED],
+        reason=reason,
+        fields={"node_hostname": "", "connected_at": None},
+    )
+
+
+def mark_connected(
+    worker: Worker, *, hostname: str, job_id: str = "", now: datetime | None = None
+) -> bool:
+    now = now or timezone.now()
+    fields: dict[str, Any] = {"node_hostname": hostname, "connected_at": now}
+    if not worker.started_at:
+        fields["started_at"] = now
+    if job_id and not worker.scheduler_job_id:
+        fields["scheduler_job_id"] = job_id
+    return _change(
+        worker, S.CONNECTED, allowed_from=[S.QUEUED, S.STARTING], reason="", fields=fields, now=now
+    )
+
+
+def request_stop(worker: Worker, *, reason: str = REASON_DELETED) -> bool:
+    """Deletion: a worker with no job ends at once; one with a job waits in ``stopping``."""
+    if worker.status == S.PENDING and not worker.scheduler_job_id:
+        return _change(
+            worker,
+            S.STOPPED,
+            allowed_from=[S.PENDING],
+            reason=REASON_CANCELED_BEFORE_SUBMIT,
+            fields={"next_attempt_at": None},
+        ) or request_stop_with_job(worker, reason=reason)
+    return request_stop_with_job(worker, reason=reason)
+
+
+def request_stop_with_job(worker: Worker, *, reason: str) -> bool:
+    return _change(
+        worker,
+        S.STOPPING,
+        allowed_from=[S.QUEUED, S.STARTING, S.CONNECTED],
+        reason=reason,
+        fields={"cancel_requested": True},
+    )
+
+
+def mark_job_ended(
+    worker: Worker, *, state: str, exit_code: str, failed: bool, reason: str = ""
+) -> bool:
+    """The scheduler says the job is over: show its final state."""
+    reason = reason or describe_job_end(state, exit_code)
+    fields = {"scheduler_state": state, "exit_code": exit_code, "cancel_requested": False}
+    if worker.status == S.STOPPING:
+        return _change(
+            worker, S.STOPPED, allowed_from=[S.STOPPING], reason=REASON_CANCELED, fields=fields
+        )
+    return _change(
+        worker,
+        S.ERROR if failed else S.STOPPED,
+        allowed_from=[S.PENDING, S.QUEUED, S.STARTING, S.CONNECTED, S.STOPPING],
+        reason=reason,
+        fields=fields,
+    )
+
+
+def describe_job_end(state: str, exit_code: str) -> str:
+    if not state:
+        return "Job ended; its final state is no longer known to the scheduler"
+    return f"Job {state} with exit code {exit_code or 'unknown'}"
+
+
+def mark_disconnected(worker: Worker) -> bool:
+    return _change(
+        worker,
+        S.STOPPED,
+        allowed_from=[S.CONNECTED],
+        reason=REASON_DISCONNECTED,
+        fields={"cancel_requested": bool(worker.scheduler_job_id)},
+    )
+
+
+def fail_worker(
+    worker: Worker,
+    *,
+    reason: str,
+    from_statuses: Iterable[WorkerStatus] = (S.PENDING, S.QUEUED, S.STARTING, S.CONNECTED),
+) -> bool:
+    """Any failure that ends a live worker; its job, if any, is cancelled."""
+    return _change(
+        worker,
+        S.ERROR,
+        allowed_from=from_statuses,
+        reason=reason,
+        fields={"cancel_requested": bool(worker.scheduler_job_id), "next_attempt_at": None},
+    )
+
+
+def time_out(worker: Worker, *, now: datetime | None = None) -> bool:
+    """The sweep's step: fail a worker whose current status outlived its deadline."""
+    now = now or timezone.now()
+    current = Worker.objects.filter(pk=worker.pk).values_list("status", "deadline_at").first()
+    if current is None or current[1] is None or current[1] > now:
+        return False
+    status = S(current[0])
+    reason = {
+        S.PENDING: REASON_PENDING_TIMEOUT,
+        S.STARTING: REASON_PENDING_TIMEOUT,
+        S.QUEUED: REASON_QUEUED_TIMEOUT,
+    }.get(status)
+    if reason is None:
+        return False
+    worker.refresh_from_db(fields=["scheduler_job_id"])
+    return _change(
+        worker,
+        S.ERROR,
+        allowed_from=[status],
+        reason=reason,
+        fields={"cancel_requested": bool(worker.scheduler_job_id), "next_attempt_at": None},
+        match={"deadline_at__lte": now},
+        now=now,
+    )
+
+
+def note_waiting(worker: Worker, *, reason: str, next_attempt_at: datetime) -> bool:
+    """A pending worker stays pending (e.g. its cluster is unreachable): say why, retry later."""
+    updated = Worker.objects.filter(pk=worker.pk, status=S.PENDING).update(
+        status_reason=reason[:512],
+        next_attempt_at=next_attempt_at,
+        submit_attempts=worker.submit_attempts + 1,
+        updated_at=timezone.now(),
+    )
+    worker.status_reason, worker.next_attempt_at = reason[:512], next_attempt_at
+    worker.submit_attempts += 1
+    return updated == 1
+
+
+def record_job_to_cancel(worker: Worker, *, job_id: str) -> None:
+    """A job was created for a worker that ended meanwhile: keep its id and cancel it."""
+    Worker.objects.filter(pk=worker.pk).update(scheduler_job_id=job_id, cancel_requested=True)
+    worker.scheduler_job_id, worker.cancel_requested = job_id, True
+    record_event(worker, f"Job {job_id} was created after the worker ended; cancelling it")
+    from workers_app import tasks
+
+    worker_id = worker.pk
+    transaction.on_commit(lambda: tasks.cancel_worker_job.delay(worker_id))
+
+
+def confirm_job_gone(worker: Worker) -> None:
+    """The scheduler no longer lists the job we asked to cancel."""
+    if worker.status == S.STOPPING:
+        mark_job_ended(worker, state="CANCELLED", exit_code="", failed=False)
+    Worker.objects.filter(pk=worker.pk).update(cancel_requested=False)
+    worker.cancel_requested = False

@@ -1,0 +1,151 @@
+"""The one interface every scheduler adapter implements, and the values they exchange."""
+
+from __future__ import annotations
+
+import enum
+import re
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class SchedulerError(Exception):
+    """The scheduler answered, and refused (bad partition, invalid option, ...)."""
+
+
+class QueryFailed(Exception):
+    """A status query did not give a trustworthy answer; nothing may change because of it."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+class CommandRunner(Protocol):
+    """Runs one command (argv, quoted by the runner) on the cluster's login host."""
+
+    def run(
+        self, argv: list[str], *, stdin: str | None = None, timeout: float | None = None
+    ) -> CommandResult: ...
+
+
+class Phase(enum.Enum):
+    QUEUED = "queued"  # waiting for resources (also held, requeued, suspended)
+    RUNNING = "running"  # on a node
+    ENDED = "ended"  # finished; state and exit code are final
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    name: str
+    phase: Phase
+    state: str  # the scheduler's own word, e.g. RUNNING, TIMEOUT
+    node: str = ""
+    exit_code: str = ""
+    reason: str = ""
+    # For ENDED jobs: whether the end is a failure (shown as error) or a normal stop.
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Answer of a successful query: a job missing from ``jobs`` is "not listed"."""
+
+    jobs: dict[str, JobInfo]
+
+    def get(self, job_id: str) -> JobInfo | None:
+        return self.jobs.get(job_id)
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    nodes_total: int
+    nodes_available: int
+    is_default: bool = False
+    max_time: str = ""
+
+
+@dataclass(frozen=True)
+class FieldTemplate:
+    """A settable field an auto-detected environment offers, in this scheduler's terms."""
+
+    name: str
+    label: str
+    directive: str = ""
+    default: str = ""
+    pattern: str = ""
+    required: bool = False
+    kind: str = "value"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    partition: str
+    directives: list[str]  # already validated options, e.g. ["--time=04:00:00"]
+    environment: dict[str, str] = field(default_factory=dict)
+    command: str = ""  # shell text run by the job; the job ends when it ends
+
+
+# Values that may go into a directive: no whitespace, no shell or line metacharacters.
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,=@%+/\-\[\]]+$")
+
+
+class SchedulerAdapter(ABC):
+    kind: str
+    directive_prefix: str
+    # What one line of a user's raw directives must look like for this scheduler.
+    directive_pattern: re.Pattern[str]
+
+    def __init__(self, runner: CommandRunner) -> None:
+        self.runner = runner
+
+    def render_script(self, spec: JobSpec) -> str:
+        lines = ["#!/bin/bash"]
+        lines += [f"{self.directive_prefix} {d}" for d in self.header_directives(spec)]
+        lines += [f"{self.directive_prefix} {d}" for d in spec.directives]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.environment.items())]
+        lines.append(spec.command)
+        return "\n".join(lines) + "\n"
+
+    @abstractmethod
+    def header_directives(self, spec: JobSpec) -> list[str]:
+        """Directives the platform always sets (job name, partition, output)."""
+
+    @abstractmethod
+    def default_fields(self) -> list[FieldTemplate]:
+        """Fields of an auto-detected environment: walltime, numNodes, account, qos, directives."""
+
+    @abstractmethod
+    def submit(self, script: str) -> str:
+        """Submit a job script (sent on stdin); returns the job id. SchedulerError if refused."""
+
+    @abstractmethod
+    def find_job(self, name: str) -> str | None:
+        """The id of a live job with this name, if any. QueryFailed if the query failed."""
+
+    @abstractmethod
+    def query(self, job_ids: list[str]) -> QueryResult:
+        """Status of the given jobs, in as few commands as possible. QueryFailed on any doubt."""
+
+    @abstractmethod
+    def final_state(self, job_id: str) -> JobInfo | None:
+        """State and exit code of a job no longer listed as live; None if nobody remembers it."""
+
+    @abstractmethod
+    def cancel(self, job_id: str) -> None:
+        """Ask for the job to end. Confirmation comes from a later query not listing it."""
+
+    @abstractmethod
+    def list_platform_jobs(self, prefix: str) -> dict[str, str]:
+        """Live jobs whose name starts with ``prefix``: job id -> name. QueryFailed on failure."""
+
+    @abstractmethod
+    def partitions(self) -> list[Partition]:
+        """Partitions (queues) with node counts, for auto-detected environments."""

@@ -1,0 +1,83 @@
+"""Actions on workers that views, the API, the admin, the CLI and tasks call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from sessions_app import services as sessions
+from workers_app import lifecycle
+from workers_app.models import Cluster, Environment, Worker
+from workers_app.params import ParameterError, validate_params
+from workers_app.schedulers import adapter_class
+
+NAME_MAX = 128
+
+
+def request_worker(
+    *,
+    owner: AbstractBaseUser,
+    cluster: str,
+    environment: str,
+    params: Mapping[str, object] | None = None,
+    name: str = "",
+) -> Worker:
+    """Validate a worker request and record it as pending; submission follows after commit.
+
+    Raises ParameterError naming the offending field; nothing is stored then.
+    """
+    found_cluster = Cluster.objects.filter(name=cluster).first()
+    if found_cluster is None:
+        raise ParameterError("cluster", f"unknown cluster {cluster!r}")
+    env = (
+        Environment.objects.filter(cluster=found_cluster, name=environment)
+        .prefetch_related("fields")
+        .first()
+    )
+    if env is None:
+        raise ParameterError("environment", f"unknown environment {environment!r} on {cluster}")
+    if not env.is_active:
+        raise ParameterError("environment", f"environment {environment!r} is inactive")
+    name = name.strip()
+    if len(name) > NAME_MAX or any(ch in name for ch in "\n\r\x00"):
+        raise ParameterError("name", f"must be one line of at most {NAME_MAX} characters")
+    pattern = adapter_class(found_cluster.scheduler).directive_pattern
+    resolved = validate_params(env, params or {}, directive_pattern=pattern)
+    now = timezone.now()
+    worker = Worker(
+        owner=owner,
+        cluster=found_cluster,
+        environment=env,
+        params=resolved,
+        created_at=now,
+        deadline_at=lifecycle.initial_deadline(now),
+        next_attempt_at=now,
+    )
+    worker.name = name or f"{env.name}-{worker.public_id}"
+    with transaction.atomic():
+        worker.save()
+        lifecycle.record_event(worker, "Requested")
+        worker_id = worker.pk
+        from workers_app import tasks
+
+        transaction.on_commit(lambda: tasks.submit_worker.delay(worker_id))
+    return worker
+
+
+def delete_worker(worker: Worker, *, reason: str = lifecycle.REASON_DELETED) -> bool:
+    """Delete a worker: its sessions go, its job is cancelled; the row stays for the history."""
+    with transaction.atomic():
+        sessions.delete_sessions_of_worker(worker.pk)
+        return lifecycle.request_stop(worker, reason=reason)
+
+
+def workers_visible_to(user: AbstractBaseUser) -> QuerySet[Worker]:
+    """What a user's lists show: their own (staff: everyone's), minus long-finished workers."""
+    workers = Worker.objects.visible(timezone.now())
+    if not getattr(user, "is_staff", False):
+        workers = workers.filter(owner=user)
+    return workers

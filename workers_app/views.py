@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+
+from workers_app.heartbeats import redis_client
+
+
+def health(request: HttpRequest) -> JsonResponse:
+    """Reachability of the database and Redis; 503 when either is down."""
+    checks: dict[str, str] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - any failure means "unreachable", reported as text
+        checks["database"] = f"error: {exc}"
+    try:
+        redis_client().ping()
+        checks["redis"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - as above
+        checks["redis"] = f"error: {exc}"
+    healthy = all(value == "ok" for value in checks.values())
+    return JsonResponse({"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503)
