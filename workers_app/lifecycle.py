@@ -109,6 +109,8 @@ def _after_change(worker: Worker, old: WorkerStatus, new: WorkerStatus) -> None:
     if new in FINISHED:
         failed = worker.status_reason == REASON_DISCONNECTED or new == S.ERROR
         sessions.finish_sessions_of_worker(worker_id, reason=worker.status_reason, failed=failed)
+    if new in FINISHED or old == S.CONNECTED:
+        # The agent's cached identity goes too, so its next beat asks the database and is sent away.
         public_id = worker.public_id
         transaction.on_commit(lambda: heartbeats.HeartbeatStore().forget(worker_id, public_id))
 

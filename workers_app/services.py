@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -55,7 +57,7 @@ def request_worker(
         params=resolved,
         created_at=now,
         deadline_at=lifecycle.initial_deadline(now),
-        next_attempt_at=now,
+        next_attempt_at=now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE),
     )
     worker.name = name or f"{env.name}-{worker.public_id}"
     with transaction.atomic():

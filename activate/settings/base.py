@@ -46,6 +46,8 @@ ACTIVATE_POLL_INTERVAL = env.float("ACTIVATE_POLL_INTERVAL", 30, minimum=0.1)
 ACTIVATE_SWEEP_INTERVAL = env.float("ACTIVATE_SWEEP_INTERVAL", 10, minimum=0.1)
 ACTIVATE_PROBE_INTERVAL = env.float("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
 ACTIVATE_RECONCILE_INTERVAL = env.float("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
+# How long a dispatched submission owns a pending worker before the sweep sends it again.
+ACTIVATE_SUBMIT_LEASE = env.float("ACTIVATE_SUBMIT_LEASE", 60, minimum=1)
 ACTIVATE_SSH_CONNECT_TIMEOUT = env.float("ACTIVATE_SSH_CONNECT_TIMEOUT", 10, minimum=0.1)
 ACTIVATE_SSH_COMMAND_TIMEOUT = env.float("ACTIVATE_SSH_COMMAND_TIMEOUT", 60, minimum=0.1)
 ACTIVATE_SSH_MAX_CHANNELS = env.int("ACTIVATE_SSH_MAX_CHANNELS", 8, minimum=1)
@@ -83,6 +85,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -1,0 +1,106 @@
+"""End to end: real web server, Celery worker and beat, real Slurm over real SSH, real Redis."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.conftest import SshTarget
+from tests.e2e.helpers import freeze_agent, squeue_names
+from tests.e2e.platform import FAST_KNOBS, Platform, wait_for
+from workers_app import services
+from workers_app.heartbeats import redis_client
+from workers_app.models import Environment, Worker
+from workers_app.statuses import WorkerStatus
+
+S = WorkerStatus
+pytestmark = [pytest.mark.slurm, pytest.mark.live]
+
+HEARTBEAT_TIMEOUT = float(FAST_KNOBS["ACTIVATE_HEARTBEAT_TIMEOUT"])
+SWEEP_INTERVAL = float(FAST_KNOBS["ACTIVATE_SWEEP_INTERVAL"])
+
+
+def status_of(worker: Worker) -> str:
+    worker.refresh_from_db()
+    return worker.status
+
+
+def request(environment: Environment, user, **params: str) -> Worker:  # type: ignore[no-untyped-def]
+    return services.request_worker(
+        owner=user,
+        cluster=environment.cluster.name,
+        environment=environment.name,
+        params=params,
+    )
+
+
+def wait_status(worker: Worker, wanted: set[str], timeout: float, platform: Platform) -> str:
+    try:
+        return str(wait_for(lambda: status_of(worker) in wanted and worker.status, timeout=timeout))
+    except TimeoutError:
+        pytest.fail(f"worker stayed {worker.status} ({worker.status_reason})\n{platform.logs()}")
+
+
+def test_a_worker_connects_and_a_silent_node_is_stopped_within_the_heartbeat_timeout(
+    platform: Platform, slurm_environment: Environment, user, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    worker = request(slurm_environment, user)
+    seen = {wait_status(worker, {S.QUEUED, S.STARTING, S.CONNECTED}, 60, platform)}
+    wait_status(worker, {S.CONNECTED}, 90, platform)
+    assert worker.node_hostname and worker.scheduler_job_id
+    assert worker.events.filter(new_status=S.QUEUED).exists() or S.QUEUED in seen
+    assert worker.job_name in squeue_names(ssh_target)
+
+    assert freeze_agent(worker.public_id)
+    frozen_at = time.monotonic()
+    wait_status(worker, {S.STOPPED, S.ERROR}, HEARTBEAT_TIMEOUT + 20, platform)
+    detected_after = time.monotonic() - frozen_at
+    assert (worker.status, worker.status_reason) == (S.STOPPED, "Worker disconnected")
+    # The last beat was at most one interval before the freeze.
+    interval = float(FAST_KNOBS["ACTIVATE_HEARTBEAT_INTERVAL"])
+    assert HEARTBEAT_TIMEOUT - interval - 0.5 <= detected_after
+    assert detected_after <= HEARTBEAT_TIMEOUT + SWEEP_INTERVAL + 2.0
+    wait_for(lambda: worker.job_name not in squeue_names(ssh_target), timeout=30)
+
+
+def test_flushing_redis_stops_no_connected_worker(
+    platform: Platform, slurm_environment: Environment, user  # type: ignore[no-untyped-def]
+) -> None:
+    workers = [request(slurm_environment, user) for _ in range(2)]
+    for worker in workers:
+        wait_status(worker, {S.CONNECTED}, 120, platform)
+    for _ in range(3):
+        redis_client().flushall()
+        time.sleep(HEARTBEAT_TIMEOUT / 2)
+    time.sleep(HEARTBEAT_TIMEOUT + 2 * SWEEP_INTERVAL)
+    assert [status_of(w) for w in workers] == [S.CONNECTED, S.CONNECTED]
+    for worker in workers:
+        services.delete_worker(worker)
+    for worker in workers:
+        wait_status(worker, {S.STOPPED}, 60, platform)
+
+
+def test_a_job_that_reaches_its_wall_time_shows_timeout(
+    platform: Platform, slurm_environment: Environment, user, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    worker = request(slurm_environment, user, walltime="00:01:00")
+    wait_status(worker, {S.CONNECTED}, 90, platform)
+    wait_status(worker, {S.STOPPED, S.ERROR}, 200, platform)
+    assert worker.status == S.STOPPED
+    assert worker.status_reason.startswith("Job TIMEOUT with exit code ")
+    assert worker.scheduler_state == "TIMEOUT"
+
+
+def test_deleting_a_worker_in_each_status_leaves_no_job(
+    platform: Platform, slurm_environment: Environment, user, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    connected = request(slurm_environment, user)
+    wait_status(connected, {S.CONNECTED}, 90, platform)
+    just_requested = request(slurm_environment, user)
+    services.delete_worker(just_requested)
+    services.delete_worker(connected)
+    for worker in (connected, just_requested):
+        wait_status(worker, {S.STOPPED}, 60, platform)
+    names = {connected.job_name, just_requested.job_name}
+    wait_for(lambda: not names & set(squeue_names(ssh_target)), timeout=60)

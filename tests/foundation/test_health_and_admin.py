@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from django.test import Client
+
+from tests.factories import ClusterFactory
+from workers_app.models import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+@pytest.mark.django_db
+def test_health_reports_database_and_redis(client: Client) -> None:
+    response = client.get("/health/")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+
+
+@pytest.mark.django_db
+def test_health_reports_redis_down(client: Client, settings: object) -> None:
+    from workers_app import heartbeats
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]
+    heartbeats._client.cache_clear()
+    try:
+        response = client.get("/health/")
+    finally:
+        heartbeats._client.cache_clear()
+    assert response.status_code == 503
+    assert response.json()["redis"].startswith("error")
+
+
+@pytest.mark.django_db
+def test_the_admin_never_displays_a_clusters_private_key(admin_client: Client) -> None:
+    cluster = ClusterFactory()
+    cluster.set_private_key(PEM)
+    cluster.save()
+    for url in (
+        f"/admin/workers_app/cluster/{cluster.pk}/change/",
+        "/admin/workers_app/cluster/",
+    ):
+        page = admin_client.get(url).content.decode()
+        assert "c2VjcmV0LWtleS1tYXRlcmlhbA" not in page
+        assert cluster.private_key_encrypted not in page
+    listing = admin_client.get("/admin/workers_app/cluster/").content.decode().lower()
+    assert "private key set" in listing
+
+
+@pytest.mark.django_db
+def test_the_admin_stores_a_pasted_key_encrypted_and_keeps_it_when_left_empty(
+    admin_client: Client,
+) -> None:
+    form = {
+        "name": "hpc",
+        "host": "login.example.org",
+        "port": "22",
+        "username": "svc",
+        "host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
+        "scheduler": "slurm",
+        "private_key": PEM,
+        "environments-TOTAL_FORMS": "0",
+        "environments-INITIAL_FORMS": "0",
+    }
+    response = admin_client.post("/admin/workers_app/cluster/add/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    cluster = Cluster.objects.get(name="hpc")
+    assert "PRIVATE KEY" not in cluster.private_key_encrypted
+    assert cluster.private_key() == PEM
+    form["private_key"] = ""
+    admin_client.post(f"/admin/workers_app/cluster/{cluster.pk}/change/", form)
+    cluster.refresh_from_db()
+    assert cluster.private_key() == PEM
+
+
+def test_docker_files_reference_what_exists() -> None:
+    compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
+    roles = {name: svc.get("command") for name, svc in compose["services"].items()}
+    assert roles["web"] == ["web"] and roles["worker"] == ["worker"] and roles["beat"] == ["beat"]
+    start = (REPO / "scripts" / "start.sh").read_text()
+    for role in ("web)", "worker)", "beat)"):
+        assert role in start
+    for line in (REPO / "docker" / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (REPO / source).exists(), source

@@ -1,0 +1,102 @@
+"""Sweeps: exact deadlines, lost heartbeats, Redis resets, purged lists."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.factories import WorkerFactory
+from workers_app import lifecycle, services, sweeps
+from workers_app.heartbeats import HeartbeatStore, redis_client
+from workers_app.models import Worker
+from workers_app.statuses import WorkerStatus
+
+S = WorkerStatus
+
+
+def connected_worker() -> Worker:
+    worker = WorkerFactory()
+    lifecycle.mark_submitted(worker, job_id="5")
+    HeartbeatStore().beat(worker.pk)
+    lifecycle.mark_connected(worker, hostname="n1")
+    return worker
+
+
+@pytest.mark.django_db
+def test_a_pending_worker_times_out_exactly_at_its_deadline() -> None:
+    worker = WorkerFactory()
+    deadline = worker.deadline_at
+    assert not sweeps.time_out_one(deadline - timedelta(milliseconds=1))
+    assert sweeps.time_out_one(deadline)
+    worker.refresh_from_db()
+    assert (worker.status, worker.status_reason) == (S.ERROR, lifecycle.REASON_PENDING_TIMEOUT)
+    assert not sweeps.time_out_one(deadline + timedelta(days=1))
+
+
+@pytest.mark.django_db
+def test_a_queued_worker_times_out_and_its_job_is_cancelled(settings: object) -> None:
+    worker = WorkerFactory()
+    lifecycle.mark_submitted(worker, job_id="88")
+    worker.refresh_from_db()
+    assert worker.deadline_at == worker.submitted_at + timedelta(
+        seconds=settings.ACTIVATE_QUEUED_TIMEOUT  # type: ignore[attr-defined]
+    )
+    assert sweeps.time_out_one(worker.deadline_at)
+    worker.refresh_from_db()
+    assert (worker.status, worker.status_reason) == (S.ERROR, lifecycle.REASON_QUEUED_TIMEOUT)
+    assert worker.cancel_requested and worker.scheduler_job_id == "88"
+
+
+@pytest.mark.django_db
+def test_a_connected_worker_without_heartbeat_is_stopped_and_its_sessions_fail() -> None:
+    from sessions_app.models import Session
+
+    HeartbeatStore().claim_reset()
+    alive, silent = connected_worker(), connected_worker()
+    session = Session.objects.create(
+        name="desk", owner=silent.owner, session_type="desktop", worker=silent
+    )
+    HeartbeatStore().forget(silent.pk)
+    assert sweeps.sweep_heartbeats() == 1
+    silent.refresh_from_db()
+    alive.refresh_from_db()
+    assert (silent.status, silent.status_reason) == (S.STOPPED, "Worker disconnected")
+    assert silent.cancel_requested
+    assert alive.status == S.CONNECTED
+    session.refresh_from_db()
+    assert (session.status, session.status_reason) == ("failed", "Worker disconnected")
+
+
+@pytest.mark.django_db
+def test_when_redis_loses_its_data_then_no_connected_worker_is_stopped() -> None:
+    workers = [connected_worker() for _ in range(3)]
+    store = HeartbeatStore()
+    assert store.claim_reset()
+    redis_client().flushall()
+    assert sweeps.sweep_heartbeats() == 0
+    assert sweeps.sweep_heartbeats() == 0
+    assert all(Worker.objects.get(pk=w.pk).status == S.CONNECTED for w in workers)
+    assert store.alive([w.pk for w in workers]) == {w.pk for w in workers}
+
+
+@pytest.mark.django_db
+def test_finished_workers_leave_lists_after_the_purge_delay(settings: object) -> None:
+    settings.ACTIVATE_PURGE_AFTER = 60  # type: ignore[attr-defined]
+    old, recent, live = WorkerFactory(), WorkerFactory(), WorkerFactory()
+    lifecycle.request_stop(old)
+    lifecycle.request_stop(recent)
+    Worker.objects.filter(pk=old.pk).update(finished_at=timezone.now() - timedelta(seconds=61))
+    listed = set(services.workers_visible_to(old.owner).values_list("pk", flat=True))
+    assert old.pk not in listed
+    staff_listed = set(Worker.objects.visible(timezone.now()).values_list("pk", flat=True))
+    assert staff_listed == {recent.pk, live.pk}
+    assert Worker.objects.filter(pk=old.pk).exists()
+
+
+@pytest.mark.django_db
+def test_dispatch_sends_due_pending_workers_once_per_lease() -> None:
+    worker = WorkerFactory(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    assert sweeps.dispatch_pending() == [worker.pk]
+    assert sweeps.dispatch_pending() == []

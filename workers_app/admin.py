@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from workers_app import services
+from workers_app.models import (
+    ApiKey,
+    Cluster,
+    Environment,
+    EnvironmentField,
+    Worker,
+    WorkerEvent,
+)
+
+
+class ClusterForm(forms.ModelForm):
+    # Write-only: the stored key is never rendered back, not even encrypted.
+    private_key = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "autocomplete": "off"}),
+        help_text="Paste an OpenSSH private key to set or replace it. Left empty, the key stays.",
+    )
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "host", "port", "username", "host_key", "scheduler"]
+
+    def save(self, commit: bool = True) -> Cluster:
+        cluster: Cluster = super().save(commit=False)
+        pem = self.cleaned_data.get("private_key", "").strip()
+        if pem:
+            cluster.set_private_key(pem + "\n")
+        if commit:
+            cluster.save()
+        return cluster
+
+
+class EnvironmentInline(admin.TabularInline):
+    model = Environment
+    extra = 0
+    fields = ["name", "partition", "source", "is_active", "nodes_total", "nodes_available"]
+    readonly_fields = ["nodes_total", "nodes_available"]
+    show_change_link = True
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    form = ClusterForm
+    list_display = ["name", "host", "scheduler", "reachability", "last_contact_at", "key_is_set"]
+    readonly_fields = ["reachability", "last_contact_at", "last_error", "key_is_set"]
+    inlines = [EnvironmentInline]
+
+    @admin.display(boolean=True, description="private key set")
+    def key_is_set(self, obj: Cluster) -> bool:
+        return obj.has_private_key
+
+
+class EnvironmentFieldInline(admin.TabularInline):
+    model = EnvironmentField
+    extra = 0
+
+
+@admin.register(Environment)
+class EnvironmentAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster", "partition", "source", "is_active", "nodes_available"]
+    list_filter = ["cluster", "source", "is_active"]
+    inlines = [EnvironmentFieldInline]
+
+
+class WorkerEventInline(admin.TabularInline):
+    model = WorkerEvent
+    extra = 0
+    can_delete = False
+    fields = ["at", "old_status", "new_status", "reason"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    list_display = [
+        "public_id",
+        "name",
+        "owner",
+        "cluster",
+        "status",
+        "status_reason",
+        "scheduler_job_id",
+        "node_hostname",
+        "created_at",
+    ]
+    list_filter = ["status", "cluster", "owner"]
+    search_fields = ["public_id", "name", "scheduler_job_id", "node_hostname"]
+    list_select_related = ["owner", "cluster"]
+    inlines = [WorkerEventInline]
+    actions = ["delete_through_lifecycle"]
+    readonly_fields = [
+        f.name for f in Worker._meta.get_fields() if getattr(f, "concrete", False)
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Rows are the history; "deleting" a worker means stopping it through the lifecycle.
+        return False
+
+    @admin.action(description="Delete selected workers (cancel their jobs)")
+    def delete_through_lifecycle(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
+        changed = sum(services.delete_worker(worker) for worker in queryset)
+        self.message_user(request, f"Asked {changed} worker(s) to stop.", messages.SUCCESS)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "name", "user", "created_at", "last_used_at"]
+    fields = ["user", "name"]
+    readonly_fields = ["prefix", "created_at", "last_used_at"]
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        key, secret = ApiKey.issue(obj.user, name=obj.name)
+        obj.pk, obj.prefix = key.pk, key.prefix
+        self.message_user(
+            request, f"New API key (shown once, copy it now): {secret}", messages.WARNING
+        )

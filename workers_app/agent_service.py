@@ -1,0 +1,74 @@
+"""What happens when a node agent calls back: connect once, then cheap heartbeats."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+
+from django.conf import settings
+from django.utils import timezone
+
+from workers_app import lifecycle
+from workers_app.heartbeats import AgentIdentity, HeartbeatStore
+from workers_app.models import Worker, hash_secret
+from workers_app.statuses import WorkerStatus
+
+S = WorkerStatus
+# The database keeps a coarse "last seen" for display; Redis has the exact liveness.
+LAST_SEEN_GRANULARITY = 60
+
+
+class AgentRefused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def new_agent_secret() -> tuple[str, str]:
+    """A secret for one worker's job, and the hash the server keeps."""
+    secret = secrets.token_urlsafe(32)
+    return secret, hash_secret(secret)
+
+
+def _authenticate(worker: Worker | None, secret: str) -> Worker:
+    # Same answer for "no such worker" and "wrong secret": ids cannot be probed.
+    if worker is None or not worker.agent_secret_hash:
+        raise AgentRefused(403, "forbidden")
+    if not hmac.compare_digest(worker.agent_secret_hash, hash_secret(secret)):
+        raise AgentRefused(403, "forbidden")
+    return worker
+
+
+def connect_agent(public_id: str, secret: str, *, hostname: str, job_id: str) -> float:
+    worker = _authenticate(Worker.objects.filter(public_id=public_id).first(), secret)
+    store = HeartbeatStore()
+    # The key exists before the status says connected, so no sweep can see one without the other.
+    store.beat(worker.pk)
+    if worker.status in (S.QUEUED, S.STARTING):
+        lifecycle.mark_connected(worker, hostname=hostname, job_id=job_id)
+    if worker.status == S.PENDING:
+        # The job started before its submission was recorded; the agent asks again shortly.
+        raise AgentRefused(409, "worker is not submitted yet")
+    if worker.status != S.CONNECTED:
+        raise AgentRefused(410, f"worker is {worker.status}")
+    store.remember_agent(public_id, AgentIdentity(worker.pk, worker.agent_secret_hash))
+    return settings.ACTIVATE_HEARTBEAT_INTERVAL
+
+
+def record_heartbeat(public_id: str, secret: str) -> None:
+    store = HeartbeatStore()
+    identity = store.beat_agent(public_id)
+    if identity is None:
+        worker = _authenticate(Worker.objects.filter(public_id=public_id).first(), secret)
+        if worker.status in (S.QUEUED, S.STARTING):
+            raise AgentRefused(409, "connect first")
+        if worker.status != S.CONNECTED:
+            raise AgentRefused(410, f"worker is {worker.status}")
+        identity = AgentIdentity(worker.pk, worker.agent_secret_hash)
+        store.remember_agent(public_id, identity)
+    elif not hmac.compare_digest(identity.secret_hash, hash_secret(secret)):
+        raise AgentRefused(403, "forbidden")
+    store.beat(identity.worker_id)
+    if store.redis.set(f"activate:seen:{identity.worker_id}", 1, nx=True, ex=LAST_SEEN_GRANULARITY):
+        Worker.objects.filter(pk=identity.worker_id).update(last_heartbeat_at=timezone.now())

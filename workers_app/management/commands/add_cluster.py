@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from workers_app import jobs
+from workers_app.models import Cluster, SchedulerKind
+from workers_app.schedulers.ssh import SSHError, fetch_host_key, fingerprint
+
+
+class Command(BaseCommand):
+    help = "Register a cluster: pin its SSH host key, store its key encrypted, detect environments."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--host", required=True)
+        parser.add_argument("--port", type=int, default=22)
+        parser.add_argument("--user", required=True)
+        parser.add_argument("--key-file", required=True, type=Path)
+        parser.add_argument("--scheduler", required=True, choices=SchedulerKind.values)
+        parser.add_argument(
+            "--host-key", help='Pin this key ("ssh-ed25519 AAAA...") instead of asking.'
+        )
+        parser.add_argument("--yes", action="store_true", help="Trust the key shown, no prompt.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        name: str = options["name"]
+        try:
+            pem = options["key_file"].read_text()
+        except OSError as exc:
+            raise CommandError(f"cannot read --key-file: {exc}") from None
+        if "PRIVATE KEY" not in pem:
+            raise CommandError("--key-file does not look like a private key")
+        host_key: str | None = options["host_key"]
+        if host_key is None:
+            try:
+                host_key = fetch_host_key(options["host"], options["port"], timeout=10)
+            except SSHError as exc:
+                raise CommandError(f"cannot reach {options['host']}: {exc}") from None
+            self.stdout.write(f"Host key of {options['host']}:{options['port']}: {host_key}")
+            self.stdout.write(f"Fingerprint: {fingerprint(host_key)}")
+            if not options["yes"]:
+                if not sys.stdin.isatty():
+                    raise CommandError("not a terminal: confirm with --yes or pass --host-key")
+                if input("Trust and pin this key? [y/N] ").strip().lower() not in {"y", "yes"}:
+                    raise CommandError("host key not trusted; nothing saved")
+        try:
+            fingerprint(host_key)
+        except ValueError as exc:
+            raise CommandError(f"--host-key: {exc}") from None
+        cluster = Cluster.objects.filter(name=name).first() or Cluster(name=name)
+        cluster.host, cluster.port, cluster.username = options["host"], options["port"], options["user"]
+        cluster.scheduler, cluster.host_key = options["scheduler"], host_key
+        cluster.set_private_key(pem)
+        cluster.full_clean()
+        cluster.save()
+        self.stdout.write(f"Cluster {name} saved with host key {fingerprint(host_key)}")
+        if jobs.probe_cluster(cluster.pk):
+            cluster.refresh_from_db()
+            for env in cluster.environments.all():
+                self.stdout.write(
+                    f"  environment {env.name}: {env.nodes_available}/{env.nodes_total} nodes free"
+                )
+        else:
+            cluster.refresh_from_db()
+            raise CommandError(f"saved, but the cluster did not answer: {cluster.last_error}")
