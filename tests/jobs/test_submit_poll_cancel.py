@@ -1,0 +1,180 @@
+"""Submission, polling and cancellation through the services, against the real Slurm over SSH."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import SshTarget
+from tests.jobs.conftest import sbatch_as, squeue_ids
+from workers_app import jobs, lifecycle
+from workers_app.models import Cluster, Reachability, Worker
+from workers_app.schedulers import ssh
+from workers_app.statuses import WorkerStatus
+
+S = WorkerStatus
+pytestmark = pytest.mark.slurm
+
+
+def poll_until(worker: Worker, wanted: set[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs.poll_cluster(worker.cluster_id)
+        worker.refresh_from_db()
+        if worker.status in wanted:
+            return
+        time.sleep(1)
+    pytest.fail(f"worker stayed {worker.status}: {worker.status_reason}")
+
+
+def test_a_worker_is_submitted_then_seen_running_then_its_deletion_empties_squeue(
+    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    worker = new_worker()
+    assert jobs.submit_worker(worker.pk).startswith("submitted as job")
+    worker.refresh_from_db()
+    assert worker.status == S.QUEUED and worker.scheduler_job_id
+    assert squeue_ids(ssh_target, worker.job_name) == [worker.scheduler_job_id]
+    poll_until(worker, {S.STARTING, S.CONNECTED})
+    assert worker.node_hostname
+    lifecycle.request_stop(worker)
+    assert worker.status == S.STOPPING
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            assert jobs.cancel_worker_job(worker.pk) == "cancelled"
+            break
+        except jobs.CancelNotConfirmed:
+            assert time.monotonic() < deadline, "cancel never confirmed"
+            time.sleep(1)
+    worker.refresh_from_db()
+    assert (worker.status, worker.cancel_requested) == (S.STOPPED, False)
+    assert worker.status_reason == lifecycle.REASON_CANCELED
+    assert squeue_ids(ssh_target, worker.job_name) == []
+
+
+def test_a_job_created_by_an_earlier_attempt_is_adopted_not_duplicated(
+    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    worker = new_worker()
+    earlier = sbatch_as(ssh_target, worker.job_name)
+    result = jobs.submit_worker(worker.pk)
+    worker.refresh_from_db()
+    assert result == f"submitted as job {earlier}"
+    assert worker.scheduler_job_id == earlier
+    assert squeue_ids(ssh_target, worker.job_name) == [earlier]
+    assert jobs.submit_worker(worker.pk) == "not pending"
+    assert worker.events.filter(reason__startswith=f"Found job {earlier}").exists()
+
+
+def test_with_200_live_workers_one_poll_runs_one_status_command(
+    new_worker, environment, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    workers = [new_worker() for _ in range(200)]
+    names = " ".join(w.job_name for w in workers)
+    script = "for n in " + names + "; do sbatch --parsable --hold --output=/dev/null "
+    script += f"--partition={ssh_target.partition} --job-name=$n --wrap='sleep 600'; done"
+    out = subprocess.run(
+        ["runuser", "-u", ssh_target.user, "--", "bash", "-c", script],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.split()
+    for worker, job_id in zip(workers, out, strict=True):
+        lifecycle.mark_submitted(worker, job_id=job_id.split(";")[0])
+    jobs.poll_cluster(environment.cluster_id)  # opens the connection
+    before = ssh.commands_run_total()
+    assert jobs.poll_cluster(environment.cluster_id) == 200
+    assert ssh.commands_run_total() - before == 1
+    assert {Worker.objects.get(pk=w.pk).status for w in workers} == {S.QUEUED}
+
+
+def test_a_failed_poll_changes_no_worker(
+    new_worker, environment, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    worker = new_worker()
+    jobs.submit_worker(worker.pk)
+    events = worker.events.count()
+    subprocess.run(["bash", "scripts/testcluster.sh", "stop-slurmctld"], check=True, timeout=60)
+    try:
+        for _ in range(2):
+            assert jobs.poll_cluster(environment.cluster_id) == 0
+        worker.refresh_from_db()
+        assert worker.status == S.QUEUED
+        assert worker.events.count() == events
+    finally:
+        subprocess.run(["bash", "scripts/testcluster.sh", "start-slurmctld"], check=True, timeout=120)
+    assert jobs.poll_cluster(environment.cluster_id) == 1
+
+
+def test_an_unreachable_cluster_keeps_workers_pending_then_sends_them_when_it_answers(
+    new_worker, environment, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    cluster: Cluster = environment.cluster
+    Cluster.objects.filter(pk=cluster.pk).update(port=2299)
+    worker = new_worker()
+    assert jobs.submit_worker(worker.pk).startswith("cluster unreachable")
+    worker.refresh_from_db()
+    cluster.refresh_from_db()
+    assert worker.status == S.PENDING
+    assert worker.status_reason.startswith(f"Waiting for cluster {cluster.name}")
+    assert cluster.reachability == Reachability.OFFLINE
+    Cluster.objects.filter(pk=cluster.pk).update(port=ssh_target.port)
+    assert jobs.probe_cluster(cluster.pk)
+    worker.refresh_from_db()
+    assert worker.next_attempt_at is not None
+    assert jobs.submit_worker(worker.pk).startswith("submitted")
+    cluster.refresh_from_db()
+    assert cluster.reachability == Reachability.ONLINE
+
+
+def test_a_job_refused_by_the_scheduler_fails_the_worker_with_its_reason(
+    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    worker = new_worker(directives="--mem=99999999")
+    assert jobs.submit_worker(worker.pk) == "refused"
+    worker.refresh_from_db()
+    assert worker.status == S.ERROR
+    assert worker.status_reason.startswith("The scheduler refused the job: ")
+    assert "node" in worker.status_reason.lower()
+    assert squeue_ids(ssh_target, worker.job_name) == []
+
+
+def test_a_job_that_ends_before_connecting_ends_the_worker_with_the_schedulers_reason(
+    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    worker = new_worker()
+    jobs.submit_worker(worker.pk)
+    worker.refresh_from_db()
+    subprocess.run(["scancel", worker.scheduler_job_id], check=True, timeout=30)
+    poll_until(worker, {S.STOPPED, S.ERROR})
+    assert worker.status_reason.startswith("Job CANCELLED")
+
+
+def test_reconcile_cancels_platform_jobs_that_belong_to_no_live_worker(
+    new_worker, environment, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    live = new_worker()
+    jobs.submit_worker(live.pk)
+    orphan = sbatch_as(ssh_target, "pw-worker-wnotaworker")
+    foreign = sbatch_as(ssh_target, "someone-elses-job")
+    cancelled = jobs.reconcile_cluster(environment.cluster_id)
+    assert orphan in cancelled
+    assert foreign not in cancelled and live.scheduler_job_id not in cancelled
+    live.refresh_from_db()
+    assert squeue_ids(ssh_target, live.job_name) == [live.scheduler_job_id]
+    assert foreign in squeue_ids(ssh_target, "someone-elses-job")
+    time.sleep(1)
+    assert squeue_ids(ssh_target, "pw-worker-wnotaworker") == []
+
+
+def test_probe_detects_partitions_as_environments_with_node_counts(
+    make_cluster, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    cluster = make_cluster(name="probed")
+    assert jobs.probe_cluster(cluster.pk)
+    env = cluster.environments.get(name=ssh_target.partition)
+    assert env.source == "auto" and env.nodes_total == 1
+    assert {f.name for f in env.fields.all()} == {
+        "walltime", "numNodes", "account", "qos", "directives"
+    }
