@@ -25,14 +25,14 @@ class EnvReader:
             return None
         return value.strip()
 
-    def str(self, name: str, default: str) -> str:
+    def string(self, name: str, default: str) -> str:
         value = self._raw(name)
         return default if value is None else value
 
-    def optional_str(self, name: str) -> str | None:
+    def optional_string(self, name: str) -> str | None:
         return self._raw(name)
 
-    def int(self, name: str, default: int, *, minimum: int = 0) -> int:
+    def integer(self, name: str, default: int, *, minimum: int = 0) -> int:
         value = self._raw(name)
         if value is None:
             return default
@@ -44,7 +44,7 @@ class EnvReader:
             raise ConfigurationError(f"{name} must be at least {minimum}, got {number}")
         return number
 
-    def float(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
         value = self._raw(name)
         if value is None:
             return default
@@ -56,7 +56,7 @@ class EnvReader:
             raise ConfigurationError(f"{name} must be a number >= {minimum}, got {value!r}")
         return number
 
-    def bool(self, name: str, default: bool) -> bool:
+    def boolean(self, name: str, default: bool) -> bool:
         value = self._raw(name)
         if value is None:
             return default
@@ -68,14 +68,14 @@ class EnvReader:
         raise ConfigurationError(f"{name} must be true or false, got {value!r}")
 
     def url(self, name: str, default: str, *, schemes: tuple[str, ...]) -> str:
-        value = self.str(name, default)
+        value = self.string(name, default)
         parsed = urlparse(value)
         if parsed.scheme not in schemes or not (parsed.netloc or parsed.path):
             allowed = ", ".join(f"{s}://" for s in schemes)
             raise ConfigurationError(f"{name} must be a URL starting with {allowed}, got {value!r}")
         return value
 
-    def list(self, name: str, default: list[str]) -> list[str]:
+    def csv_list(self, name: str, default: list[str]) -> list[str]:
         value = self._raw(name)
         if value is None:
             return default

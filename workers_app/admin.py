@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from workers_app import services
+from workers_app import jobs, services
 from workers_app.models import (
     ApiKey,
     Cluster,
@@ -16,6 +16,7 @@ from workers_app.models import (
     Worker,
     WorkerEvent,
 )
+from workers_app.schedulers.ssh import SSHError, fetch_host_key, fingerprint
 
 
 class ClusterForm(forms.ModelForm):
@@ -52,12 +53,55 @@ class EnvironmentInline(admin.TabularInline):
 class ClusterAdmin(admin.ModelAdmin):
     form = ClusterForm
     list_display = ["name", "host", "scheduler", "reachability", "last_contact_at", "key_is_set"]
-    readonly_fields = ["reachability", "last_contact_at", "last_error", "key_is_set"]
+    readonly_fields = [
+        "reachability",
+        "last_contact_at",
+        "last_error",
+        "key_is_set",
+        "host_key_fingerprint",
+    ]
     inlines = [EnvironmentInline]
+    actions = ["probe", "pin_host_key"]
 
     @admin.display(boolean=True, description="private key set")
     def key_is_set(self, obj: Cluster) -> bool:
         return obj.has_private_key
+
+    @admin.display(description="host key fingerprint")
+    def host_key_fingerprint(self, obj: Cluster) -> str:
+        try:
+            return fingerprint(obj.host_key) if obj.host_key else "not pinned"
+        except ValueError as exc:
+            return f"invalid: {exc}"
+
+    @admin.action(description="Probe now: reachability and auto-detected environments")
+    def probe(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
+        for cluster in queryset:
+            if jobs.probe_cluster(cluster.pk):
+                self.message_user(request, f"{cluster.name}: online", messages.SUCCESS)
+            else:
+                cluster.refresh_from_db()
+                self.message_user(request, f"{cluster.name}: {cluster.last_error}", messages.ERROR)
+
+    @admin.action(description="Fetch and pin the host key (only clusters with none pinned)")
+    def pin_host_key(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
+        for cluster in queryset:
+            if cluster.host_key:
+                self.message_user(
+                    request, f"{cluster.name}: a key is already pinned; edit it to replace it"
+                )
+                continue
+            try:
+                key = fetch_host_key(cluster.host, cluster.port, timeout=10)
+            except SSHError as exc:
+                self.message_user(request, f"{cluster.name}: {exc}", messages.ERROR)
+                continue
+            Cluster.objects.filter(pk=cluster.pk, host_key="").update(host_key=key)
+            self.message_user(
+                request,
+                f"{cluster.name}: pinned {fingerprint(key)}; compare it with the cluster's own.",
+                messages.WARNING,
+            )
 
 
 class EnvironmentFieldInline(admin.TabularInline):
@@ -77,7 +121,7 @@ class WorkerEventInline(admin.TabularInline):
     extra = 0
     can_delete = False
     fields = ["at", "old_status", "new_status", "reason"]
-    readonly_fields = fields
+    readonly_fields = ["at", "old_status", "new_status", "reason"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -101,9 +145,7 @@ class WorkerAdmin(admin.ModelAdmin):
     list_select_related = ["owner", "cluster"]
     inlines = [WorkerEventInline]
     actions = ["delete_through_lifecycle"]
-    readonly_fields = [
-        f.name for f in Worker._meta.get_fields() if getattr(f, "concrete", False)
-    ]
+    readonly_fields = [f.name for f in Worker._meta.get_fields() if getattr(f, "concrete", False)]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

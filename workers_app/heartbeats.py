@@ -80,5 +80,6 @@ class HeartbeatStore:
         raw = self.redis.get(f"{AGENT_PREFIX}{public_id}")
         if raw is None:
             return None
-        worker_id, secret_hash = raw.decode().split(":", 1)
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        worker_id, secret_hash = text.split(":", 1)
         return AgentIdentity(int(worker_id), secret_hash)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -91,7 +91,9 @@ class Environment(models.Model):
     class Meta:
         ordering = ["cluster__name", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["cluster", "name"], name="environment_unique_per_cluster")
+            models.UniqueConstraint(
+                fields=["cluster", "name"], name="environment_unique_per_cluster"
+            )
         ]
 
     def __str__(self) -> str:
@@ -139,7 +141,7 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
 
     def visible(self, now: datetime) -> WorkerQuerySet:
         """What lists show: live workers, and finished ones until they are purged from view."""
-        cutoff = now - timezone.timedelta(seconds=settings.ACTIVATE_PURGE_AFTER)
+        cutoff = now - timedelta(seconds=settings.ACTIVATE_PURGE_AFTER)
         return self.filter(~Q(status__in=FINISHED) | Q(finished_at__gt=cutoff))
 
     def overdue(self, status: WorkerStatus, now: datetime) -> WorkerQuerySet:

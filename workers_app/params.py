@@ -28,9 +28,7 @@ def _check_value(spec: EnvironmentField, value: str, directive_pattern: re.Patte
         for line in value.splitlines():
             line = line.strip()
             if line and not directive_pattern.fullmatch(line):
-                raise ParameterError(
-                    spec.name, f"{line!r} is not an allowed scheduler directive"
-                )
+                raise ParameterError(spec.name, f"{line!r} is not an allowed scheduler directive")
         if "\x00" in value:
             raise ParameterError(spec.name, "must not contain NUL characters")
         return

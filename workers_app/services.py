@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -22,7 +22,7 @@ NAME_MAX = 128
 
 def request_worker(
     *,
-    owner: AbstractBaseUser,
+    owner: User,
     cluster: str,
     environment: str,
     params: Mapping[str, object] | None = None,
@@ -77,7 +77,7 @@ def delete_worker(worker: Worker, *, reason: str = lifecycle.REASON_DELETED) -> 
         return lifecycle.request_stop(worker, reason=reason)
 
 
-def workers_visible_to(user: AbstractBaseUser) -> QuerySet[Worker]:
+def workers_visible_to(user: User) -> QuerySet[Worker]:
     """What a user's lists show: their own (staff: everyone's), minus long-finished workers."""
     workers = Worker.objects.visible(timezone.now())
     if not getattr(user, "is_staff", False):

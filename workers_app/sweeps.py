@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-
 from workers_app import lifecycle
 from workers_app.heartbeats import HeartbeatStore
 from workers_app.models import Worker
@@ -48,7 +47,9 @@ def sweep_heartbeats(*, store: HeartbeatStore | None = None) -> int:
         if store.claim_reset():
             ids = list(Worker.objects.filter(status=S.CONNECTED).values_list("pk", flat=True))
             store.beat_many(ids)
-            log.warning("heartbeat store was reset; %d connected workers get a grace period", len(ids))
+            log.warning(
+                "heartbeat store was reset; %d connected workers get a grace period", len(ids)
+            )
         return 0
     stopped = 0
     last_pk = 0

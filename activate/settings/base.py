@@ -13,12 +13,14 @@ DATA_DIR = BASE_DIR / "data"
 
 env = EnvReader()
 
-SECRET_KEY = env.str("ACTIVATE_SECRET_KEY", "insecure-development-key-change-me-0123456789abcdef")
-DEBUG = env.bool("ACTIVATE_DEBUG", False)
-ALLOWED_HOSTS = env.list("ACTIVATE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
-CSRF_TRUSTED_ORIGINS = env.list("ACTIVATE_CSRF_TRUSTED_ORIGINS", [])
+SECRET_KEY = env.string(
+    "ACTIVATE_SECRET_KEY", "insecure-development-key-change-me-0123456789abcdef"
+)
+DEBUG = env.boolean("ACTIVATE_DEBUG", False)
+ALLOWED_HOSTS = env.csv_list("ACTIVATE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.csv_list("ACTIVATE_CSRF_TRUSTED_ORIGINS", [])
 
-DATABASE_URL = env.optional_str("DATABASE_URL")
+DATABASE_URL = env.optional_string("DATABASE_URL")
 if DATABASE_URL is None:
     DATA_DIR.mkdir(exist_ok=True)
     DATABASE_URL = f"sqlite:///{DATA_DIR / 'activate.sqlite3'}"
@@ -37,20 +39,20 @@ ACTIVATE_PUBLIC_URL = env.url(
 ).rstrip("/")
 
 # Timing knobs, in seconds.
-ACTIVATE_PENDING_TIMEOUT = env.float("ACTIVATE_PENDING_TIMEOUT", 7200, minimum=1)
-ACTIVATE_QUEUED_TIMEOUT = env.float("ACTIVATE_QUEUED_TIMEOUT", 604800, minimum=1)
-ACTIVATE_HEARTBEAT_INTERVAL = env.float("ACTIVATE_HEARTBEAT_INTERVAL", 30, minimum=0.1)
-ACTIVATE_HEARTBEAT_TIMEOUT = env.float("ACTIVATE_HEARTBEAT_TIMEOUT", 120, minimum=1)
-ACTIVATE_PURGE_AFTER = env.float("ACTIVATE_PURGE_AFTER", 3600, minimum=0)
-ACTIVATE_POLL_INTERVAL = env.float("ACTIVATE_POLL_INTERVAL", 30, minimum=0.1)
-ACTIVATE_SWEEP_INTERVAL = env.float("ACTIVATE_SWEEP_INTERVAL", 10, minimum=0.1)
-ACTIVATE_PROBE_INTERVAL = env.float("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
-ACTIVATE_RECONCILE_INTERVAL = env.float("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
+ACTIVATE_PENDING_TIMEOUT = env.number("ACTIVATE_PENDING_TIMEOUT", 7200, minimum=1)
+ACTIVATE_QUEUED_TIMEOUT = env.number("ACTIVATE_QUEUED_TIMEOUT", 604800, minimum=1)
+ACTIVATE_HEARTBEAT_INTERVAL = env.number("ACTIVATE_HEARTBEAT_INTERVAL", 30, minimum=0.1)
+ACTIVATE_HEARTBEAT_TIMEOUT = env.number("ACTIVATE_HEARTBEAT_TIMEOUT", 120, minimum=1)
+ACTIVATE_PURGE_AFTER = env.number("ACTIVATE_PURGE_AFTER", 3600, minimum=0)
+ACTIVATE_POLL_INTERVAL = env.number("ACTIVATE_POLL_INTERVAL", 30, minimum=0.1)
+ACTIVATE_SWEEP_INTERVAL = env.number("ACTIVATE_SWEEP_INTERVAL", 10, minimum=0.1)
+ACTIVATE_PROBE_INTERVAL = env.number("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
+ACTIVATE_RECONCILE_INTERVAL = env.number("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
 # How long a dispatched submission owns a pending worker before the sweep sends it again.
-ACTIVATE_SUBMIT_LEASE = env.float("ACTIVATE_SUBMIT_LEASE", 60, minimum=1)
-ACTIVATE_SSH_CONNECT_TIMEOUT = env.float("ACTIVATE_SSH_CONNECT_TIMEOUT", 10, minimum=0.1)
-ACTIVATE_SSH_COMMAND_TIMEOUT = env.float("ACTIVATE_SSH_COMMAND_TIMEOUT", 60, minimum=0.1)
-ACTIVATE_SSH_MAX_CHANNELS = env.int("ACTIVATE_SSH_MAX_CHANNELS", 8, minimum=1)
+ACTIVATE_SUBMIT_LEASE = env.number("ACTIVATE_SUBMIT_LEASE", 60, minimum=1)
+ACTIVATE_SSH_CONNECT_TIMEOUT = env.number("ACTIVATE_SSH_CONNECT_TIMEOUT", 10, minimum=0.1)
+ACTIVATE_SSH_COMMAND_TIMEOUT = env.number("ACTIVATE_SSH_COMMAND_TIMEOUT", 60, minimum=0.1)
+ACTIVATE_SSH_MAX_CHANNELS = env.integer("ACTIVATE_SSH_MAX_CHANNELS", 8, minimum=1)
 
 # An agent must be able to miss one beat without being declared lost.
 require_less_than(
@@ -139,7 +141,7 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "ACTIVATE API",
-    "DESCRIPTION": "Request, track and delete workers (compute nodes reserved through a scheduler).",
+    "DESCRIPTION": "Request, track and delete workers: compute nodes reserved through a scheduler.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -150,15 +152,15 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_TIME_LIMIT = env.int("ACTIVATE_TASK_TIME_LIMIT", 300, minimum=1)
+CELERY_TASK_TIME_LIMIT = env.integer("ACTIVATE_TASK_TIME_LIMIT", 300, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30 if CELERY_TASK_TIME_LIMIT > 60 else None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Unacknowledged tasks (a worker killed mid-task) come back after this long; tasks are idempotent.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": env.int("ACTIVATE_TASK_VISIBILITY_TIMEOUT", 600, minimum=1)
+    "visibility_timeout": env.integer("ACTIVATE_TASK_VISIBILITY_TIMEOUT", 600, minimum=1)
 }
-CELERY_TASK_ALWAYS_EAGER = env.bool("ACTIVATE_TASKS_EAGER", False)
+CELERY_TASK_ALWAYS_EAGER = env.boolean("ACTIVATE_TASKS_EAGER", False)
 
 
 def _beat(task: str, interval: float) -> dict[str, object]:
@@ -179,6 +181,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("ACTIVATE_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env.string("ACTIVATE_LOG_LEVEL", "INFO")},
     "loggers": {"paramiko": {"level": "WARNING"}},
 }

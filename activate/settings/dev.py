@@ -2,4 +2,4 @@ from __future__ import annotations
 
 from .base import *  # noqa: F403
 
-DEBUG = env.bool("ACTIVATE_DEBUG", True)  # noqa: F405
+DEBUG = env.boolean("ACTIVATE_DEBUG", True)  # noqa: F405

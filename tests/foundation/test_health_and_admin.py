@@ -10,7 +10,11 @@ from tests.factories import ClusterFactory
 from workers_app.models import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
-PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n-----END OPENSSH PRIVATE KEY-----\n"
+PEM = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "c2VjcmV0LWtleS1tYXRlcmlhbA==\n"
+    "-----END OPENSSH PRIVATE KEY-----\n"
+)
 
 
 @pytest.mark.django_db

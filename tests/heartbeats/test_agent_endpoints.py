@@ -42,7 +42,10 @@ def test_when_the_agent_connects_then_the_worker_is_connected_with_its_hostname(
 ) -> None:
     worker, secret = queued_worker_with_secret()
     status, body = post(
-        client, "connect", secret, {"worker": worker.public_id, "hostname": "node7", "job_id": "123"}
+        client,
+        "connect",
+        secret,
+        {"worker": worker.public_id, "hostname": "node7", "job_id": "123"},
     )
     assert status == 200 and body["heartbeat_interval"] > 0
     worker.refresh_from_db()
@@ -57,9 +60,7 @@ def test_a_forged_or_other_workers_secret_gets_403_and_changes_nothing(client: C
     events = WorkerEvent.objects.count()
     for secret in ("forged-secret", other_secret):
         for path in ("connect", "heartbeat"):
-            status, _ = post(
-                client, path, secret, {"worker": worker.public_id, "hostname": "evil"}
-            )
+            status, _ = post(client, path, secret, {"worker": worker.public_id, "hostname": "evil"})
             assert status == 403
     worker.refresh_from_db()
     assert worker.status == S.QUEUED and worker.node_hostname == ""
@@ -103,7 +104,8 @@ def test_a_malformed_hostname_is_refused(client: Client, hostname: str) -> None:
 
 @pytest.mark.django_db
 def test_when_the_worker_has_ended_then_the_agent_is_told_to_go(
-    client: Client, django_capture_on_commit_callbacks  # type: ignore[no-untyped-def]
+    client: Client,
+    django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
 ) -> None:
     worker, secret = queued_worker_with_secret()
     post(client, "connect", secret, {"worker": worker.public_id, "hostname": "n1"})

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.factories import WorkerFactory
 from workers_app import lifecycle
-from workers_app.models import Worker, WorkerEvent
+from workers_app.models import Worker
 from workers_app.statuses import FINISHED, TRANSITIONS, WorkerStatus, can_transition
 
 S = WorkerStatus

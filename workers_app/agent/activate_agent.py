@@ -20,17 +20,17 @@ GONE, FORBIDDEN, NOT_YET = 410, 403, 409
 
 
 class Refused(Exception):
-    def __init__(self, status):
+    def __init__(self, status: int) -> None:
         super().__init__("HTTP %d" % status)
         self.status = status
 
 
-def log(message):
+def log(message: str) -> None:
     sys.stderr.write("[activate-agent %s] %s\n" % (time.strftime("%H:%M:%S"), message))
     sys.stderr.flush()
 
 
-def post(url, secret, payload, timeout):
+def post(url: str, secret: str, payload: dict, timeout: float) -> dict:
     body = json.dumps(payload).encode()
     request = urllib.request.Request(
         url,
@@ -39,20 +39,20 @@ def post(url, secret, payload, timeout):
         headers={"Content-Type": "application/json", "Authorization": "Bearer " + secret},
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read().decode() or "{}")
     except urllib.error.HTTPError as exc:
         raise Refused(exc.code) from None
 
 
-def job_id():
+def job_id() -> str:
     for name in ("SLURM_JOB_ID", "PBS_JOBID", "ACTIVATE_JOB_ID"):
         if os.environ.get(name):
             return os.environ[name]
     return ""
 
 
-def main():
+def main() -> int:
     base = os.environ["ACTIVATE_URL"].rstrip("/")
     worker = os.environ["ACTIVATE_WORKER_ID"]
     secret = os.environ["ACTIVATE_WORKER_SECRET"]
