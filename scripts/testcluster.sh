@@ -58,10 +58,10 @@ take_lock() {
 pids_by_comm() {
     local want="$1" needle="${2:-}" d c cmd
     for d in /proc/[0-9]*; do
-        read -r c <"$d/comm" 2>/dev/null || continue
+        read -r c 2>/dev/null <"$d/comm" || continue
         [[ $c == "$want" ]] || continue
         if [[ -n $needle ]]; then
-            cmd="$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)" || continue
+            cmd="$(tr '\0' ' ' 2>/dev/null <"$d/cmdline")" || continue
             [[ $cmd == *"$needle"* ]] || continue
         fi
         echo "${d#/proc/}"
@@ -94,7 +94,7 @@ kill_and_wait() {
 # stdio, so a CI runner's pipes are not held open).
 spawn_detached() {
     local out="$1"; shift
-    setsid "$@" </dev/null >>"$out" 2>&1
+    setsid "$@" </dev/null >>"$out" 2>&1 9>&-
 }
 
 # wait_until TIMEOUT DESCRIPTION CMD...  (polls CMD every 0.25s)
@@ -102,7 +102,10 @@ wait_until() {
     local timeout="$1" what="$2"; shift 2
     local deadline=$((SECONDS + timeout))
     until "$@" >/dev/null 2>&1; do
-        ((SECONDS < deadline)) || return 1
+        if ((SECONDS >= deadline)); then
+            log "timed out after ${timeout}s waiting for $what"
+            return 1
+        fi
         sleep 0.25
     done
 }
@@ -409,12 +412,16 @@ ssh_ok() {
     ssh "${opts[@]}" "$SSH_USER@$SSH_HOST" true </dev/null
 }
 
-ensure_sshd_config() {
+ensure_sshd_host_key() {
     if [[ ! -s $SSHD_HOST_KEY || ! -s $SSHD_HOST_KEY.pub ]]; then
         log "generating host key $SSHD_HOST_KEY"
         rm -f "$SSHD_HOST_KEY" "$SSHD_HOST_KEY.pub"
         ssh-keygen -q -t ed25519 -N '' -f "$SSHD_HOST_KEY"
     fi
+}
+
+ensure_sshd_config() {
+    ensure_sshd_host_key
     install -d -m 0755 /run/sshd
     if render_sshd_config | write_if_changed "$SSHD_CONFIG" 0644; then
         log "wrote $SSHD_CONFIG"
@@ -480,12 +487,13 @@ EOF
 run_check() {
     local opts
     mapfile -t opts < <(ssh_opts)
+    # shellcheck disable=SC2029  # arguments are meant to be expanded here
     rs() { ssh "${opts[@]}" "$SSH_USER@$SSH_HOST" "$@"; }
 
     # Tiny HTTP server on loopback (root side) for the job to talk to.
     local portfile srvpid port
     portfile="$(mktemp)"
-    python3 - "$portfile" <<'PY' &
+    python3 - "$portfile" 9>&- <<'PY' &
 import http.server, socketserver, sys, threading
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -511,7 +519,7 @@ EOF
 )"
     echo "job $jid"
     wait_until 30 running bash -c "[[ \$(squeue -h -j $jid -o %T) == RUNNING ]]" || die "job $jid not running"
-    echo "== squeue"; rs squeue -o "'%.10i %.9P %.20j %.8u %.10T %.10M %.10l %.6D %R'"
+    echo "== squeue"; rs squeue -j "$jid" -o "'%.10i %.9P %.20j %.8u %.10T %.10M %.10l %.6D %R'"
     echo "== srun --jobid=$jid --overlap hostname"; rs srun --jobid="$jid" --overlap hostname
     echo "== scancel $jid"; rs scancel "$jid"
     wait_until 30 ended bash -c "[[ \$(scontrol show job $jid 2>/dev/null) != *JobState=RUNNING* && \$(scontrol show job $jid 2>/dev/null) != *JobState=COMPLETING* ]]"
@@ -565,7 +573,7 @@ case "$cmd" in
         ensure_munge
         ensure_user
         ensure_client_key
-        ensure_sshd_config || true
+        ensure_sshd_host_key
         write_cluster_files
         ensure_slurm
         ensure_sshd
@@ -593,9 +601,9 @@ case "$cmd" in
     start-sshd)
         ensure_user
         ensure_client_key
-        ensure_sshd_config || true
+        ensure_sshd_host_key
         write_cluster_files
-        start_sshd ;;
+        ensure_sshd ;;
     stop-slurmctld)
         stop_slurmctld ;;
     start-slurmctld)
