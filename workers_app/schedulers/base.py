@@ -95,6 +95,7 @@ class JobSpec:
 
 # Values that may go into a directive: no whitespace, no shell or line metacharacters.
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,=@%+/\-\[\]]+$")
+ENVIRONMENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class SchedulerAdapter(ABC):
@@ -107,12 +108,34 @@ class SchedulerAdapter(ABC):
         self.runner = runner
 
     def render_script(self, spec: JobSpec) -> str:
+        self.check_spec(spec)
         lines = ["#!/bin/bash"]
         lines += [f"{self.directive_prefix} {d}" for d in self.header_directives(spec)]
         lines += [f"{self.directive_prefix} {d}" for d in spec.directives]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.environment.items())]
         lines.append(spec.command)
         return "\n".join(lines) + "\n"
+
+    def check_spec(self, spec: JobSpec) -> None:
+        """Refuse (SchedulerError) a spec that could smuggle lines or options into the script.
+
+        Parameters are validated when a worker is requested; this is the last line of defence
+        for whatever reaches an adapter by another path.
+        """
+        if not SAFE_VALUE.fullmatch(spec.name):
+            raise SchedulerError(f"job name {spec.name!r} contains characters that are not allowed")
+        if spec.partition and not SAFE_VALUE.fullmatch(spec.partition):
+            raise SchedulerError(f"partition {spec.partition!r} is not allowed")
+        for directive in spec.directives:
+            if not self.directive_pattern.fullmatch(directive):
+                raise SchedulerError(f"directive {directive!r} is not allowed")
+        for key, value in spec.environment.items():
+            if not ENVIRONMENT_NAME.fullmatch(key):
+                raise SchedulerError(f"environment variable name {key!r} is not allowed")
+            if "\x00" in value:
+                raise SchedulerError(f"environment variable {key} contains a NUL character")
+        if "\x00" in spec.command:
+            raise SchedulerError("the job command contains a NUL character")
 
     @abstractmethod
     def header_directives(self, spec: JobSpec) -> list[str]:

@@ -1,1 +1,330 @@
+"""PBS Professional / OpenPBS: qsub, qstat -F json, qdel, qselect and pbsnodes.
+
+No PBS server can run on the test machine, so the parsers are tested against JSON written
+from PBS Pro's documented ``qstat -f -F json`` / ``pbsnodes -a -F json`` / ``qstat -Q -f -F
+json`` formats and from real outputs published by PBS sites (tests/schedulers/data/pbs_*).
+``qstat -x`` also lists finished jobs (state F, with Exit_status) while the server keeps job
+history; an id the server does not know is reported as "qstat: Unknown Job Id ID" on stderr,
+which is a definite "not listed" for that id and nothing else.
+"""
+
 from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from workers_app.schedulers.base import (
+    CommandResult,
+    FieldTemplate,
+    JobInfo,
+    JobSpec,
+    Partition,
+    Phase,
+    QueryFailed,
+    QueryResult,
+    SchedulerAdapter,
+    SchedulerError,
+)
+
+log = logging.getLogger(__name__)
+
+# PBS job_state letters (qstat(1B)).
+STATES: dict[str, tuple[str, Phase]] = {
+    "Q": ("QUEUED", Phase.QUEUED),
+    "H": ("HELD", Phase.QUEUED),
+    "W": ("WAITING", Phase.QUEUED),  # waiting for its requested start time
+    "T": ("TRANSIT", Phase.QUEUED),
+    "S": ("SUSPENDED", Phase.QUEUED),
+    "U": ("SUSPENDED", Phase.QUEUED),  # suspended: workstation busy
+    # Moved to another server; it lives on there under another id, so it is not ended here.
+    "M": ("MOVED", Phase.QUEUED),
+    "R": ("RUNNING", Phase.RUNNING),
+    "B": ("BEGUN", Phase.RUNNING),  # array job with running subjobs
+    "E": ("EXITING", Phase.RUNNING),  # ending; Exit_status is not final yet
+    "F": ("FINISHED", Phase.ENDED),
+    "X": ("FINISHED", Phase.ENDED),  # finished subjob
+}
+
+# Exit_status values below 0 are PBS's own (JOB_EXEC_* in job.h).
+JOB_EXEC_KILL_WALLTIME = -29
+OUT_OF_MEMORY_STATUSES = {-26, -27}  # JOB_EXEC_KILL_VMEM, JOB_EXEC_KILL_MEM
+
+JOB_ID = re.compile(r"^[0-9]+(?:\[[0-9]*\])?(?:\.[A-Za-z0-9_.-]+)?$")
+NAME_ARGUMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]*$")
+UNKNOWN_JOB = re.compile(r"^qstat: Unknown Job Id (\S+)$")
+WALLTIME_PATTERN = r"[0-9]+:[0-5][0-9]:[0-5][0-9]|[0-9]+"
+NAME_PATTERN = r"[A-Za-z0-9_.-]+"
+
+# Options raw directives may not set: name (it carries the worker id), output, queue (the
+# environment's), arrays, interactive/blocking jobs, the directive prefix and the shell.
+DIRECTIVE_PATTERN = re.compile(
+    r"(?!-[CIJNSXeoqu](?: |$))(?!-W block=)-[A-Za-z](?: [A-Za-z0-9_.:,=@%+/\-\[\]]+)?"
+)
+
+
+def short_id(job_id: str) -> str:
+    """ "123.server" and "123" name the same job for qstat."""
+    return job_id.split(".", 1)[0]
+
+
+def first_exec_host(exec_host: str) -> str:
+    """ "node7/0*2+node8/0*2" -> "node7"."""
+    return exec_host.split("+", 1)[0].split("/", 1)[0].strip() if exec_host else ""
+
+
+def _json_output(result: CommandResult, what: str) -> dict[str, Any]:
+    text = result.stdout.strip()
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise QueryFailed(f"{what} printed JSON that does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise QueryFailed(f"{what} printed JSON that is not an object")
+    return data
+
+
+def _section(data: dict[str, Any], key: str, what: str) -> dict[str, dict[str, Any]]:
+    # PBS leaves the section out entirely when nothing matched.
+    section = data.get(key, {})
+    if not isinstance(section, dict) or not all(isinstance(v, dict) for v in section.values()):
+        raise QueryFailed(f"{what}: {key!r} is not an object of objects")
+    return section
+
+
+def job_info(job_id: str, attributes: dict[str, Any]) -> JobInfo:
+    letter = attributes.get("job_state")
+    if not isinstance(letter, str) or not letter:
+        raise QueryFailed(f"job {job_id} has no job_state")
+    name = str(attributes.get("Job_Name", ""))
+    node = first_exec_host(str(attributes.get("exec_host", "")))
+    reason = str(attributes.get("comment", ""))
+    known = STATES.get(letter)
+    if known is None:
+        log.warning("unknown PBS job state %r of %s; treating the job as live", letter, job_id)
+        phase = Phase.RUNNING if node else Phase.QUEUED
+        return JobInfo(job_id, name, phase, letter, node=node, reason=reason)
+    state, phase = known
+    if phase is not Phase.ENDED:
+        return JobInfo(job_id, name, phase, state, node=node, reason=reason)
+    raw_status = attributes.get("Exit_status")
+    if raw_status is None:
+        # Deleted before it ever ran.
+        return JobInfo(job_id, name, phase, "CANCELLED", node=node, reason=reason)
+    try:
+        status = int(raw_status)
+    except (TypeError, ValueError):
+        raise QueryFailed(f"job {job_id} has Exit_status {raw_status!r}") from None
+    if status == 0:
+        state, failed = "COMPLETED", False
+    elif status == JOB_EXEC_KILL_WALLTIME:
+        state, failed = "TIMEOUT", False
+    elif status in OUT_OF_MEMORY_STATUSES:
+        state, failed = "OUT_OF_MEMORY", True
+    elif status > 256:
+        # Killed by signal (status - 256): qdel, or a walltime kill on older PBS versions.
+        state, failed = "KILLED", False
+    else:
+        state, failed = "FAILED", True
+    return JobInfo(
+        job_id, name, phase, state, node=node, exit_code=str(status), reason=reason, failed=failed
+    )
+
+
+def parse_qstat_jobs(result: CommandResult, requested: list[str]) -> dict[str, JobInfo]:
+    """Parse ``qstat -f -F json -x IDS``; only "Unknown Job Id" of a requested id is tolerated."""
+    wanted = {short_id(job_id) for job_id in requested}
+    problems = []
+    for line in result.stderr.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        unknown = UNKNOWN_JOB.fullmatch(line)
+        if unknown is None or short_id(unknown.group(1)) not in wanted:
+            problems.append(line)
+    if problems:
+        raise QueryFailed(f"qstat reported: {'; '.join(problems)[:500]}")
+    if result.exit_status != 0 and not result.stderr.strip():
+        raise QueryFailed(f"qstat exited {result.exit_status} without saying why")
+    jobs: dict[str, JobInfo] = {}
+    for job_id, attributes in _section(_json_output(result, "qstat"), "Jobs", "qstat").items():
+        jobs[job_id] = job_info(job_id, attributes)
+    return jobs
+
+
+def parse_partitions(
+    queues_json: dict[str, Any], nodes_json: dict[str, Any], server_json: dict[str, Any]
+) -> list[Partition]:
+    """Execution queues with node counts; "free" nodes (idle or partly used) are available."""
+    queues = _section(queues_json, "Queue", "qstat -Q")
+    nodes = _section(nodes_json, "nodes", "pbsnodes")
+    servers = _section(server_json, "Server", "qstat -B")
+    default_queue = next(
+        (str(s.get("default_queue", "")) for s in servers.values() if s.get("default_queue")), ""
+    )
+    unassigned = [n for n in nodes.values() if not n.get("queue")]
+    partitions = []
+    for name, attributes in queues.items():
+        if str(attributes.get("queue_type", "")).lower() != "execution":
+            continue
+        # A queue with nodes of its own runs only there; others share the unassigned nodes.
+        members = [n for n in nodes.values() if n.get("queue") == name] or unassigned
+        usable = (
+            str(attributes.get("enabled")) == "True" and str(attributes.get("started")) == "True"
+        )
+        resources_max = attributes.get("resources_max") or {}
+        partitions.append(
+            Partition(
+                name=name,
+                nodes_total=len(members),
+                nodes_available=sum(_node_free(n) for n in members) if usable else 0,
+                is_default=name == default_queue,
+                max_time=str(resources_max.get("walltime", "")),
+            )
+        )
+    return partitions
+
+
+def _node_free(node: dict[str, Any]) -> bool:
+    return set(str(node.get("state", "")).split(",")) == {"free"}
+
+
+class PbsAdapter(SchedulerAdapter):
+    kind = "pbs"
+    directive_prefix = "#PBS"
+    directive_pattern = DIRECTIVE_PATTERN
+
+    def header_directives(self, spec: JobSpec) -> list[str]:
+        # Output is discarded for the reasons given in SlurmAdapter.header_directives.
+        directives = [f"-N {spec.name}"]
+        if spec.partition:
+            directives.append(f"-q {spec.partition}")
+        directives += ["-j oe", "-o /dev/null"]
+        if not any(d.startswith("-l select=") for d in spec.directives):
+            directives.append("-l select=1")
+        return directives
+
+    def default_fields(self) -> list[FieldTemplate]:
+        # PBS has no QOS; the nearest (a queue) is the environment's partition, so no field.
+        return [
+            FieldTemplate(
+                name="walltime",
+                label="Wall time (HH:MM:SS or seconds)",
+                directive="-l walltime={value}",
+                default="01:00:00",
+                pattern=WALLTIME_PATTERN,
+            ),
+            FieldTemplate(
+                name="numNodes",
+                label="Number of nodes (chunks)",
+                directive="-l select={value}",
+                default="1",
+                pattern=r"[1-9][0-9]{0,4}",
+            ),
+            FieldTemplate(
+                name="account", label="Account", directive="-A {value}", pattern=NAME_PATTERN
+            ),
+            FieldTemplate(
+                name="directives",
+                label="Extra #PBS options, one per line (e.g. -l mem=4gb)",
+                kind="directives",
+            ),
+        ]
+
+    def submit(self, script: str) -> str:
+        result = self.runner.run(["qsub"], stdin=script)
+        if result.exit_status != 0:
+            raise SchedulerError(result.stderr.strip() or f"qsub exited {result.exit_status}")
+        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        if not lines or not JOB_ID.fullmatch(lines[-1]):
+            raise SchedulerError(f"unexpected qsub output: {result.stdout[:200]!r}")
+        return lines[-1]
+
+    def _check_ids(self, job_ids: list[str]) -> None:
+        bad = [job_id for job_id in job_ids if not JOB_ID.fullmatch(job_id)]
+        if bad:
+            raise ValueError(f"not PBS job ids: {bad[:5]!r}")
+
+    def query(self, job_ids: list[str]) -> QueryResult:
+        self._check_ids(job_ids)
+        ids = sorted(set(job_ids))
+        if not ids:
+            return QueryResult(jobs={})
+        result = self.runner.run(["qstat", "-f", "-F", "json", "-x", *ids])
+        listed = parse_qstat_jobs(result, ids)
+        by_short = {short_id(job_id): info for job_id, info in listed.items()}
+        jobs = {}
+        for job_id in ids:
+            info = listed.get(job_id) or by_short.get(short_id(job_id))
+            if info is not None:
+                jobs[job_id] = JobInfo(
+                    job_id=job_id,
+                    name=info.name,
+                    phase=info.phase,
+                    state=info.state,
+                    node=info.node,
+                    exit_code=info.exit_code,
+                    reason=info.reason,
+                    failed=info.failed,
+                )
+        return QueryResult(jobs=jobs)
+
+    def final_state(self, job_id: str) -> JobInfo | None:
+        info = self.query([job_id]).get(job_id)
+        if info is not None and info.phase is not Phase.ENDED:
+            raise QueryFailed(f"job {job_id} is still {info.state}")
+        return info
+
+    def find_job(self, name: str) -> str | None:
+        if not NAME_ARGUMENT.fullmatch(name):
+            raise ValueError(f"not a PBS job name: {name!r}")
+        # qselect lists jobs that have not finished.
+        result = self.runner.run(["qselect", "-N", name])
+        if result.exit_status != 0 or result.stderr.strip():
+            raise QueryFailed(f"qselect failed: {result.stderr.strip()[:500]}")
+        ids = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        if any(not JOB_ID.fullmatch(job_id) for job_id in ids):
+            raise QueryFailed(f"unexpected qselect output: {result.stdout[:200]!r}")
+        if len(ids) > 1:
+            log.warning("%d live jobs are named %s", len(ids), name)
+        return max(ids, key=lambda job_id: int(re.split(r"[.\[]", job_id)[0])) if ids else None
+
+    def cancel(self, job_id: str) -> None:
+        self._check_ids([job_id])
+        result = self.runner.run(["qdel", job_id])
+        if result.exit_status == 0:
+            return
+        stderr = result.stderr
+        if "Unknown Job Id" in stderr or "Job has finished" in stderr:
+            return
+        raise SchedulerError(stderr.strip() or f"qdel exited {result.exit_status}")
+
+    def list_platform_jobs(self, prefix: str) -> dict[str, str]:
+        # Jobs of the cluster account only; qselect without -x lists unfinished ones.
+        ids_result = self.runner.run(["sh", "-c", 'exec qselect -u "$(id -un)"'])
+        if ids_result.exit_status != 0 or ids_result.stderr.strip():
+            raise QueryFailed(f"qselect failed: {ids_result.stderr.strip()[:500]}")
+        ids = [line.strip() for line in ids_result.stdout.splitlines() if line.strip()]
+        if any(not JOB_ID.fullmatch(job_id) for job_id in ids):
+            raise QueryFailed(f"unexpected qselect output: {ids_result.stdout[:200]!r}")
+        return {
+            job_id: info.name
+            for job_id, info in self.query(ids).jobs.items()
+            if info.name.startswith(prefix) and info.phase is not Phase.ENDED
+        }
+
+    def partitions(self) -> list[Partition]:
+        outputs = []
+        for argv in (
+            ["qstat", "-Q", "-f", "-F", "json"],
+            ["pbsnodes", "-a", "-F", "json"],
+            ["qstat", "-B", "-f", "-F", "json"],
+        ):
+            result = self.runner.run(argv)
+            if result.exit_status != 0:
+                raise QueryFailed(f"{argv[0]} failed: {result.stderr.strip()[:500]}")
+            outputs.append(_json_output(result, " ".join(argv[:2])))
+        return parse_partitions(*outputs)

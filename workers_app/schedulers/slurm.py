@@ -1,1 +1,443 @@
+"""Slurm: sbatch, squeue, sacct/scontrol, scancel and sinfo, parsed strictly.
+
+Real output these parsers were written against (Slurm 22.05, see tests/schedulers/data/):
+``squeue --states=all -j A,B`` lists the known ids and silently skips unknown or purged ones
+(exit 0), but with a single unknown id it exits 1 with "slurm_load_jobs error: Invalid job id
+specified"; that one message is a definite "not listed", anything else is a failed query.
+"""
+
 from __future__ import annotations
+
+import logging
+import math
+import re
+
+from workers_app.schedulers.base import (
+    CommandResult,
+    FieldTemplate,
+    JobInfo,
+    JobSpec,
+    Partition,
+    Phase,
+    QueryFailed,
+    QueryResult,
+    SchedulerAdapter,
+    SchedulerError,
+)
+
+log = logging.getLogger(__name__)
+
+# Phase and failure of every job state Slurm documents (squeue(1) "JOB STATE CODES"), plus the
+# flag-states newer versions print. Unknown states are logged and kept live, never ended.
+STATES: dict[str, tuple[Phase, bool]] = {
+    "PENDING": (Phase.QUEUED, False),
+    # Resources allocated, nodes still booting: the script has not started yet.
+    "CONFIGURING": (Phase.QUEUED, False),
+    "POWER_UP_NODE": (Phase.QUEUED, False),
+    "RUNNING": (Phase.RUNNING, False),
+    # The script ended but epilogs/stage-out still run; the final state comes next.
+    "COMPLETING": (Phase.RUNNING, False),
+    "STAGE_OUT": (Phase.RUNNING, False),
+    "SIGNALING": (Phase.RUNNING, False),
+    "RESIZING": (Phase.RUNNING, False),
+    # Stopped or suspended jobs keep their id and resume later: back in the queue, not ended.
+    "SUSPENDED": (Phase.QUEUED, False),
+    "STOPPED": (Phase.QUEUED, False),
+    "REQUEUED": (Phase.QUEUED, False),
+    "REQUEUE_HOLD": (Phase.QUEUED, False),
+    "REQUEUE_FED": (Phase.QUEUED, False),
+    "RESV_DEL_HOLD": (Phase.QUEUED, False),
+    "SPECIAL_EXIT": (Phase.QUEUED, False),
+    "LAUNCH_FAILED": (Phase.QUEUED, False),
+    "RECONFIG_FAIL": (Phase.QUEUED, False),
+    "UPDATE_DB": (Phase.QUEUED, False),
+    "COMPLETED": (Phase.ENDED, False),
+    "CANCELLED": (Phase.ENDED, False),
+    "TIMEOUT": (Phase.ENDED, False),
+    # Final only when the preemption mode cancels; a requeued job shows REQUEUED/PENDING instead.
+    "PREEMPTED": (Phase.ENDED, False),
+    # A federation sibling started the job elsewhere; this copy is gone.
+    "REVOKED": (Phase.ENDED, False),
+    "FAILED": (Phase.ENDED, True),
+    "NODE_FAIL": (Phase.ENDED, True),
+    "OUT_OF_MEMORY": (Phase.ENDED, True),
+    "BOOT_FAIL": (Phase.ENDED, True),
+    "DEADLINE": (Phase.ENDED, True),
+}
+
+JOB_ID = re.compile(r"^[0-9]+$")
+# squeue prints array and heterogeneous job ids as 12_3 / 12+0; ours are plain.
+LISTED_JOB_ID = re.compile(r"^[0-9]+(?:[_+][0-9\[\]\-,%]+)?$")
+STATE_WORD = re.compile(r"^[A-Z][A-Z_]*$")
+SBATCH_OUTPUT = re.compile(r"^([0-9]+)(?:;[A-Za-z0-9_.-]+)?$")
+WALLTIME_PATTERN = (
+    r"[0-9]+|[0-9]+:[0-5]?[0-9]|[0-9]+:[0-5]?[0-9]:[0-5]?[0-9]"
+    r"|[0-9]+-[0-9]{1,2}|[0-9]+-[0-9]{1,2}:[0-5]?[0-9]|[0-9]+-[0-9]{1,2}:[0-5]?[0-9]:[0-5]?[0-9]"
+)
+NAME_PATTERN = r"[A-Za-z0-9_.-]+"
+# A job name squeue --name can take (a comma would make it a list).
+NAME_ARGUMENT = re.compile(r"^[A-Za-z0-9_.:=@%+/\-\[\]]+$")
+
+# Options a user may not set through raw directives: they would redirect output, rename the
+# job (its name carries the worker id), submit elsewhere, make several jobs, or block sbatch.
+FORBIDDEN_OPTIONS = (
+    "job-name|output|error|input|array|wrap|wait|parsable|test-only|clusters|partition"
+    "|uid|gid|chdir|export-file|batch"
+)
+DIRECTIVE_PATTERN = re.compile(
+    rf"(?!--(?:{FORBIDDEN_OPTIONS})(?:=|$))--[a-z][a-z0-9-]*(?:=[A-Za-z0-9_.:,=@%+/\-\[\]]+)?"
+)
+
+QUERY_FORMAT = "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:"
+QUERY_FIELDS = 6
+# Ids per squeue command: the argument stays a few KB and a huge poll is still a few commands.
+QUERY_CHUNK = 500
+NOT_FOUND = "Invalid job id specified"
+ACCOUNTING_DISABLED = "accounting storage is disabled"
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm hostlist: "n[03-05,9],m1" -> "n03"."""
+    nodelist = nodelist.strip()
+    if not nodelist or nodelist in {"(null)", "None", "N/A"}:
+        return ""
+    match = re.match(r"^([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
+    if match is None:
+        return ""
+    prefix, ranges = match.group(1), match.group(2)
+    if not ranges:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def exit_code_from_status(raw: str) -> str:
+    """squeue's exit_code is a wait(2) status; Slurm shows it as "code:signal"."""
+    status = int(raw)
+    return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
+
+
+def phase_of(state: str, *, node: str = "") -> tuple[Phase, bool]:
+    known = STATES.get(state)
+    if known is not None:
+        return known
+    # Never guess an end: an unknown state keeps the job live (running if it has a node).
+    log.warning("unknown Slurm job state %r; treating the job as live", state)
+    return (Phase.RUNNING if node else Phase.QUEUED), False
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "error" in line.lower()]
+
+
+def parse_squeue(stdout: str) -> dict[str, JobInfo]:
+    """Parse ``squeue -h -O QUERY_FORMAT`` output. QueryFailed on any line that does not fit."""
+    jobs: dict[str, JobInfo] = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|", QUERY_FIELDS - 1)
+        if len(fields) != QUERY_FIELDS:
+            raise QueryFailed(f"unexpected squeue line: {line[:200]!r}")
+        job_id, state, nodelist, reason, raw_exit, name = (f.strip() for f in fields)
+        if (
+            not LISTED_JOB_ID.fullmatch(job_id)
+            or not STATE_WORD.fullmatch(state)
+            or not (raw_exit.isdigit() or raw_exit in {"", "N/A"})
+        ):
+            raise QueryFailed(f"unexpected squeue line: {line[:200]!r}")
+        node = first_host(nodelist)
+        phase, failed = phase_of(state, node=node)
+        ended = phase is Phase.ENDED and raw_exit.isdigit()
+        jobs[job_id] = JobInfo(
+            job_id=job_id,
+            name=name,
+            phase=phase,
+            state=state,
+            node=node,
+            exit_code=exit_code_from_status(raw_exit) if ended else "",
+            reason="" if reason == "None" else reason,
+            failed=failed,
+        )
+    return jobs
+
+
+def parse_sacct(stdout: str, job_id: str) -> JobInfo | None:
+    """The job's own line of ``sacct -n -P -o JobID,State,ExitCode,NodeList,JobName``."""
+    for line in stdout.splitlines():
+        fields = line.split("|")
+        if len(fields) < 5 or fields[0] != job_id:
+            continue
+        # "CANCELLED by 1001" -> CANCELLED
+        state = fields[1].split()[0] if fields[1].split() else ""
+        if not STATE_WORD.fullmatch(state) or not re.fullmatch(r"[0-9]+:[0-9]+", fields[2]):
+            raise QueryFailed(f"unexpected sacct line: {line[:200]!r}")
+        node = first_host(fields[3])
+        phase, failed = phase_of(state, node=node)
+        return JobInfo(
+            job_id=job_id,
+            name="|".join(fields[4:]),
+            phase=phase,
+            state=state,
+            node=node,
+            exit_code=fields[2],
+            failed=failed,
+        )
+    return None
+
+
+def parse_scontrol(stdout: str, job_id: str) -> JobInfo | None:
+    """The job in ``scontrol -o show job ID`` (one line of Key=Value words per job)."""
+    for line in stdout.splitlines():
+        if not re.match(rf"^JobId={re.escape(job_id)}\s", line):
+            continue
+        state = re.search(r"(?:^|\s)JobState=(\S+)", line)
+        exit_code = re.search(r"(?:^|\s)ExitCode=([0-9]+:[0-9]+)(?:\s|$)", line)
+        if state is None or exit_code is None or not STATE_WORD.fullmatch(state.group(1)):
+            raise QueryFailed(f"unexpected scontrol output: {line[:200]!r}")
+        nodes = re.search(r"(?:^|\s)NodeList=(\S*)", line)
+        reason = re.search(r"(?:^|\s)Reason=(\S+)", line)
+        name = re.search(r"(?:^|\s)JobName=(.*?) UserId=", line)
+        node = first_host(nodes.group(1) if nodes else "")
+        phase, failed = phase_of(state.group(1), node=node)
+        return JobInfo(
+            job_id=job_id,
+            name=name.group(1) if name else "",
+            phase=phase,
+            state=state.group(1),
+            node=node,
+            exit_code=exit_code.group(1),
+            reason="" if reason is None or reason.group(1) == "None" else reason.group(1),
+            failed=failed,
+        )
+    return None
+
+
+def parse_sinfo(stdout: str) -> list[Partition]:
+    """Parse ``sinfo -h -o %P|%a|%l|%D|%T``: one line per partition and node state."""
+    order: list[str] = []
+    totals: dict[str, int] = {}
+    available: dict[str, int] = {}
+    defaults: set[str] = set()
+    max_time: dict[str, str] = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 5 or not fields[3].isdigit():
+            raise QueryFailed(f"unexpected sinfo line: {line[:200]!r}")
+        raw_name, avail, limit, count, state = fields
+        name = raw_name.rstrip("*")
+        if not name:
+            raise QueryFailed(f"unexpected sinfo line: {line[:200]!r}")
+        if name not in totals:
+            order.append(name)
+            totals[name] = 0
+            available[name] = 0
+        if raw_name.endswith("*"):
+            defaults.add(name)
+        max_time[name] = limit
+        totals[name] += int(count)
+        if avail == "up" and _node_takes_jobs(state):
+            available[name] += int(count)
+    return [
+        Partition(
+            name=name,
+            nodes_total=totals[name],
+            nodes_available=available[name],
+            is_default=name in defaults,
+            max_time=max_time[name],
+        )
+        for name in order
+    ]
+
+
+# Node state flags (sinfo(1)): not responding, powering down, maintenance, rebooting.
+UNAVAILABLE_FLAGS = set("*!%$@^")
+
+
+def _node_takes_jobs(state: str) -> bool:
+    """Idle or partly used (mixed) nodes can start a job now; powered-off cloud nodes boot."""
+    base = state.rstrip("*~#!%$@^-")
+    flags = set(state[len(base) :])
+    return base in {"idle", "mixed"} and not flags & UNAVAILABLE_FLAGS
+
+
+class SlurmAdapter(SchedulerAdapter):
+    kind = "slurm"
+    directive_prefix = "#SBATCH"
+    directive_pattern = DIRECTIVE_PATTERN
+
+    def header_directives(self, spec: JobSpec) -> list[str]:
+        # Output goes nowhere: nobody owns cleaning files in users' home directories, the
+        # output could hold the worker's secret, and a missing output directory makes the job
+        # fail to launch. End reasons come from the scheduler, not from a log file.
+        directives = [f"--job-name={spec.name}"]
+        if spec.partition:
+            directives.append(f"--partition={spec.partition}")
+        directives += ["--output=/dev/null", "--error=/dev/null"]
+        if not any(d.startswith("--nodes=") for d in spec.directives):
+            directives.append("--nodes=1")
+        return directives
+
+    def default_fields(self) -> list[FieldTemplate]:
+        return [
+            FieldTemplate(
+                name="walltime",
+                label="Wall time (minutes, HH:MM:SS or D-HH:MM:SS)",
+                directive="--time={value}",
+                default="01:00:00",
+                pattern=WALLTIME_PATTERN,
+            ),
+            FieldTemplate(
+                name="numNodes",
+                label="Number of nodes",
+                directive="--nodes={value}",
+                default="1",
+                pattern=r"[1-9][0-9]{0,4}",
+            ),
+            FieldTemplate(
+                name="account", label="Account", directive="--account={value}", pattern=NAME_PATTERN
+            ),
+            FieldTemplate(name="qos", label="QOS", directive="--qos={value}", pattern=NAME_PATTERN),
+            FieldTemplate(
+                name="directives",
+                label="Extra #SBATCH options, one per line (e.g. --mem=4G)",
+                kind="directives",
+            ),
+        ]
+
+    def _run(self, argv: list[str], *, stdin: str | None = None) -> CommandResult:
+        return self.runner.run(argv, stdin=stdin)
+
+    def submit(self, script: str) -> str:
+        result = self._run(["sbatch", "--parsable"], stdin=script)
+        if result.exit_status != 0:
+            raise SchedulerError(result.stderr.strip() or f"sbatch exited {result.exit_status}")
+        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        match = SBATCH_OUTPUT.fullmatch(lines[-1]) if lines else None
+        if match is None:
+            # The job may exist: the caller finds it by name before submitting again.
+            raise SchedulerError(f"unexpected sbatch output: {result.stdout[:200]!r}")
+        return match.group(1)
+
+    def query(self, job_ids: list[str]) -> QueryResult:
+        bad = [job_id for job_id in job_ids if not JOB_ID.fullmatch(job_id)]
+        if bad:
+            raise ValueError(f"not Slurm job ids: {bad[:5]!r}")
+        ids = sorted(set(job_ids), key=int)
+        if not ids:
+            return QueryResult(jobs={})
+        jobs: dict[str, JobInfo] = {}
+        # Equal chunks, so no chunk is a lone id unless the whole query is one id.
+        count = math.ceil(len(ids) / QUERY_CHUNK)
+        size = math.ceil(len(ids) / count)
+        for start in range(0, len(ids), size):
+            jobs.update(self._query_chunk(ids[start : start + size]))
+        wanted = set(ids)
+        return QueryResult(jobs={k: v for k, v in jobs.items() if k in wanted})
+
+    def _query_chunk(self, ids: list[str]) -> dict[str, JobInfo]:
+        result = self._run(
+            [
+                "squeue",
+                "--noheader",
+                "--states=all",
+                f"--jobs={','.join(ids)}",
+                f"--Format={QUERY_FORMAT}",
+            ]
+        )
+        if result.exit_status != 0:
+            if (
+                len(ids) == 1
+                and not result.stdout.strip()
+                and [line.strip() for line in result.stderr.splitlines() if line.strip()]
+                == [f"slurm_load_jobs error: {NOT_FOUND}"]
+            ):
+                return {}
+            raise QueryFailed(f"squeue exited {result.exit_status}: {result.stderr.strip()[:500]}")
+        errors = _error_lines(result.stderr)
+        if errors:
+            # Slurm can exit 0 after "slurm_load_jobs error: Socket timed out": no answer.
+            raise QueryFailed(f"squeue reported: {'; '.join(errors)[:500]}")
+        return parse_squeue(result.stdout)
+
+    def find_job(self, name: str) -> str | None:
+        if not NAME_ARGUMENT.fullmatch(name):
+            raise ValueError(f"not a job name squeue can look up: {name!r}")
+        result = self._run(
+            ["squeue", "--noheader", "--states=all", f"--name={name}", f"--Format={QUERY_FORMAT}"]
+        )
+        if result.exit_status != 0 or _error_lines(result.stderr):
+            raise QueryFailed(f"squeue failed: {result.stderr.strip()[:500]}")
+        live = [
+            info
+            for info in parse_squeue(result.stdout).values()
+            if info.name == name and info.phase is not Phase.ENDED
+        ]
+        if not live:
+            return None
+        if len(live) > 1:
+            log.warning("%d live jobs are named %s", len(live), name)
+        return max(live, key=lambda info: int(re.split(r"[_+]", info.job_id)[0])).job_id
+
+    def final_state(self, job_id: str) -> JobInfo | None:
+        if not JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        sacct = self._run(
+            [
+                "sacct",
+                "--noheader",
+                "--parsable2",
+                f"--jobs={job_id}",
+                "--format=JobID,State,ExitCode,NodeList,JobName",
+            ]
+        )
+        accounting_failed = ""
+        if sacct.exit_status == 0 and not _error_lines(sacct.stderr):
+            info = parse_sacct(sacct.stdout, job_id)
+            if info is not None and info.phase is Phase.ENDED:
+                return info
+        elif ACCOUNTING_DISABLED not in sacct.stderr:
+            accounting_failed = sacct.stderr.strip()[:300] or f"exit {sacct.exit_status}"
+        scontrol = self._run(["scontrol", "--oneliner", "show", "job", job_id])
+        if scontrol.exit_status == 0:
+            info = parse_scontrol(scontrol.stdout, job_id)
+            if info is not None and info.phase is Phase.ENDED:
+                return info
+            if info is not None:
+                raise QueryFailed(f"job {job_id} is still {info.state} according to scontrol")
+        elif NOT_FOUND not in scontrol.stderr:
+            raise QueryFailed(f"scontrol failed: {scontrol.stderr.strip()[:500]}")
+        if accounting_failed:
+            # Accounting exists but did not answer: its record may still give the real end.
+            raise QueryFailed(f"sacct failed: {accounting_failed}")
+        return None
+
+    def cancel(self, job_id: str) -> None:
+        if not JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        result = self._run(["scancel", job_id])
+        if result.exit_status == 0:
+            return
+        stderr = result.stderr
+        if NOT_FOUND in stderr or "already completing or completed" in stderr:
+            return
+        raise SchedulerError(stderr.strip() or f"scancel exited {result.exit_status}")
+
+    def list_platform_jobs(self, prefix: str) -> dict[str, str]:
+        # Live jobs of the cluster account only (--me): platform jobs all run under it.
+        result = self._run(["squeue", "--noheader", "--me", f"--Format={QUERY_FORMAT}"])
+        if result.exit_status != 0 or _error_lines(result.stderr):
+            raise QueryFailed(f"squeue failed: {result.stderr.strip()[:500]}")
+        return {
+            job_id: info.name
+            for job_id, info in parse_squeue(result.stdout).items()
+            if info.name.startswith(prefix) and info.phase is not Phase.ENDED
+        }
+
+    def partitions(self) -> list[Partition]:
+        result = self._run(["sinfo", "--noheader", "--format=%P|%a|%l|%D|%T"])
+        if result.exit_status != 0 or _error_lines(result.stderr):
+            raise QueryFailed(f"sinfo failed: {result.stderr.strip()[:500]}")
+        return parse_sinfo(result.stdout)

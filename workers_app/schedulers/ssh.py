@@ -1,1 +1,434 @@
+"""Commands on a cluster's login host over one kept SSH connection per cluster and process.
+
+Opening an SSH session costs ~0.5 s; a channel on an open one costs milliseconds. So each
+cluster gets one paramiko transport, reused by every adapter call in this process (and by
+every thread: channels are capped by a semaphore so the server's MaxSessions is not hit).
+The server's host key must equal the key pinned on the cluster; there is no known_hosts,
+no agent and no key search.
+"""
+
 from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import logging
+import os
+import shlex
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, NoReturn
+
+import paramiko
+from django.conf import settings
+
+from workers_app.schedulers.base import CommandResult
+
+if TYPE_CHECKING:
+    from workers_app.models import Cluster
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_INTERVAL = 15
+READ_CHUNK = 65536
+# How often a blocked stdout read wakes up to drain stderr (so neither stream stalls the other).
+POLL_INTERVAL = 0.2
+HOST_KEY_TYPES = (
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+)
+
+
+class SSHError(Exception):
+    """The cluster could not be reached or the connection broke: nothing is known."""
+
+
+class HostKeyMismatch(SSHError):
+    """The server did not present the pinned host key. Never connect anyway."""
+
+
+class CommandTimeout(SSHError):
+    """A command did not finish in time; whether it had an effect is unknown."""
+
+
+def _parse_key_line(line: str) -> tuple[str, bytes]:
+    parts = line.strip().split()
+    if len(parts) < 2:
+        raise ValueError('host key must look like "ssh-ed25519 AAAA..."')
+    key_type, encoded = parts[0], parts[1]
+    try:
+        blob = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("host key is not valid base64") from None
+    # The blob starts with its own type name; a mismatch means a mangled or spliced key.
+    if len(blob) < 4:
+        raise ValueError("host key is too short")
+    name_length = int.from_bytes(blob[:4], "big")
+    if blob[4 : 4 + name_length] != key_type.encode():
+        raise ValueError(f"host key data is not a {key_type} key")
+    return key_type, blob
+
+
+def fingerprint(host_key_line: str) -> str:
+    """OpenSSH-style fingerprint ("SHA256:...") of a "type base64" key line. ValueError if bad."""
+    _, blob = _parse_key_line(host_key_line)
+    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+    return f"SHA256:{digest}"
+
+
+def _pinned_key(host_key_line: str) -> paramiko.PKey:
+    if not host_key_line.strip():
+        raise SSHError("no host key is pinned for this cluster; refusing to connect")
+    try:
+        key_type, blob = _parse_key_line(host_key_line)
+        return paramiko.PKey.from_type_string(key_type, blob)
+    except (ValueError, paramiko.SSHException) as exc:
+        raise SSHError(f"the pinned host key is unusable: {exc}") from None
+
+
+def _private_key(text: str) -> paramiko.PKey:
+    if not text.strip():
+        raise SSHError("no private key is stored for this cluster")
+    key_classes: list[type[paramiko.PKey]] = [
+        paramiko.Ed25519Key,
+        paramiko.ECDSAKey,
+        paramiko.RSAKey,
+    ]
+    for key_class in key_classes:
+        try:
+            return key_class.from_private_key(io.StringIO(text))
+        except (paramiko.SSHException, ValueError):
+            continue
+    raise SSHError("the stored private key is not a usable ed25519, ECDSA or RSA key")
+
+
+def fetch_host_key(host: str, port: int, timeout: float) -> str:
+    """The server's host key as "type base64", for an operator to check and pin."""
+    transport: paramiko.Transport | None = None
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        transport = paramiko.Transport(sock)
+        options = transport.get_security_options()
+        offered = list(options.key_types)
+        options.key_types = [t for t in HOST_KEY_TYPES if t in offered] + [
+            t for t in offered if t not in HOST_KEY_TYPES
+        ]
+        transport.start_client(timeout=timeout)
+        key = transport.get_remote_server_key()
+        return f"{key.get_name()} {key.get_base64()}"
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        raise SSHError(f"cannot read the host key of {host}:{port}: {exc}") from exc
+    finally:
+        if transport is not None:
+            transport.close()
+
+
+class _PinnedKeyPolicy(paramiko.RejectPolicy):
+    """Refuse any host without a pinned key (the pinned one is registered under the name
+    paramiko looks up, so a different key raises BadHostKeyException instead)."""
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> NoReturn:
+        raise HostKeyMismatch(
+            f"{hostname} presented a {key.get_name()} key ({key.fingerprint}), not the pinned one"
+        )
+
+
+_total_lock = threading.Lock()
+_total_commands = 0
+
+
+def commands_run_total() -> int:
+    """Commands run over SSH by this process, all clusters together (for benchmarks)."""
+    return _total_commands
+
+
+def _count_command() -> None:
+    global _total_commands
+    with _total_lock:
+        _total_commands += 1
+
+
+class SSHConnection:
+    """A CommandRunner over one kept SSH transport. Safe to share between threads."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        username: str,
+        private_key: str,
+        host_key: str,
+        connect_timeout: float,
+        command_timeout: float,
+        max_channels: int,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.username = username
+        self._private_key = private_key
+        self._host_key = host_key
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self.max_channels = max_channels
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_channels)
+        self._count_lock = threading.Lock()
+        self.commands_run = 0
+        self.connects = 0
+        self.cache_key: tuple[object, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"<SSHConnection {self.username}@{self.host}:{self.port}>"
+
+    # -- connection -------------------------------------------------------------------------
+
+    def _connect(self) -> paramiko.SSHClient:
+        pinned = _pinned_key(self._host_key)
+        pkey = _private_key(self._private_key)
+        client = paramiko.SSHClient()
+        # Only the pinned key is known; nothing is read from or written to known_hosts files.
+        known_as = self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+        client.get_host_keys().add(known_as, pinned.get_name(), pinned)
+        client.set_missing_host_key_policy(_PinnedKeyPolicy())
+        try:
+            client.connect(
+                self.host,
+                port=self.port,
+                username=self.username,
+                pkey=pkey,
+                timeout=self.connect_timeout,
+                banner_timeout=self.connect_timeout,
+                auth_timeout=self.connect_timeout,
+                channel_timeout=self.connect_timeout,
+                look_for_keys=False,
+                allow_agent=False,
+            )
+        except HostKeyMismatch:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostKeyMismatch(
+                f"{self.host}:{self.port} presented host key {exc.key.fingerprint}, "
+                f"but {exc.expected_key.fingerprint} is pinned"
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise SSHError(f"authentication as {self.username} failed: {exc}") from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            client.close()
+            raise SSHError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        transport = client.get_transport()
+        if transport is None:  # pragma: no cover - connect() always sets one
+            raise SSHError(f"cannot connect to {self.host}:{self.port}: no transport")
+        transport.set_keepalive(KEEPALIVE_INTERVAL)
+        self.connects += 1
+        log.info("connected to %s@%s:%s", self.username, self.host, self.port)
+        return client
+
+    def _transport(self, *, stale: paramiko.Transport | None = None) -> paramiko.Transport:
+        with self._lock:
+            current = self._client.get_transport() if self._client else None
+            if current is not None and current.is_active() and current is not stale:
+                return current
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            self._client = self._connect()
+            transport = self._client.get_transport()
+            assert transport is not None
+            return transport
+
+    def _open_channel(self) -> paramiko.Channel:
+        transport = self._transport()
+        try:
+            return transport.open_session(timeout=self.connect_timeout)
+        except paramiko.ChannelException as exc:
+            # The server is there and refused this channel (e.g. MaxSessions); other threads'
+            # commands on this connection are fine, so it must not be torn down.
+            raise SSHError(f"{self.host} refused a channel: {exc}") from exc
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            # The kept connection went away (server restart, network). Nothing ran yet, so one
+            # fresh connection is safe to try.
+            log.info("reconnecting to %s:%s after: %s", self.host, self.port, exc)
+        transport = self._transport(stale=transport)
+        try:
+            return transport.open_session(timeout=self.connect_timeout)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise SSHError(f"cannot open a channel to {self.host}:{self.port}: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    @property
+    def is_connected(self) -> bool:
+        transport = self._client.get_transport() if self._client else None
+        return transport is not None and transport.is_active()
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def run(
+        self, argv: list[str], *, stdin: str | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        """Run argv (each word quoted for the remote shell); stdin, if given, is sent and closed.
+
+        Raises SSHError when the cluster cannot be reached, CommandTimeout when the command
+        outlives ``timeout``; a non-zero exit is a normal result, not an exception.
+        """
+        if not argv:
+            raise ValueError("empty command")
+        command = shlex.join(argv)
+        limit = self.command_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        if not self._slots.acquire(timeout=limit):
+            raise CommandTimeout(f"all {self.max_channels} channels to {self.host} stayed busy")
+        try:
+            channel = self._open_channel()
+            try:
+                return self._execute(channel, command, stdin, deadline)
+            finally:
+                channel.close()
+        finally:
+            self._slots.release()
+
+    def _execute(
+        self, channel: paramiko.Channel, command: str, stdin: str | None, deadline: float
+    ) -> CommandResult:
+        try:
+            channel.settimeout(max(0.001, deadline - time.monotonic()))
+            channel.exec_command(command)
+            with self._count_lock:
+                self.commands_run += 1
+            _count_command()
+            if stdin:
+                self._send_stdin(channel, stdin)
+            channel.shutdown_write()
+            stdout, stderr = self._read_all(channel, deadline)
+        except TimeoutError:
+            raise CommandTimeout(f"{command[:80]!r} did not finish in time") from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise SSHError(f"connection to {self.host} broke during a command: {exc}") from exc
+        transport = channel.get_transport()
+        if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
+            raise CommandTimeout(f"{command[:80]!r} sent no exit status in time")
+        status = channel.exit_status
+        if status == -1 and not transport.is_active():
+            raise SSHError(f"connection to {self.host} broke before {command[:80]!r} finished")
+        return CommandResult(
+            exit_status=status,
+            stdout=stdout.decode(errors="replace"),
+            stderr=stderr.decode(errors="replace"),
+        )
+
+    @staticmethod
+    def _send_stdin(channel: paramiko.Channel, stdin: str) -> None:
+        try:
+            channel.sendall(stdin.encode())
+        except TimeoutError:
+            raise
+        except OSError:
+            # The command closed its end without reading everything (e.g. it failed early);
+            # its exit status and stderr say why, so read them instead of failing here.
+            transport = channel.get_transport()
+            if not transport.is_active():
+                raise
+
+    @staticmethod
+    def _read_all(channel: paramiko.Channel, deadline: float) -> tuple[bytes, bytes]:
+        # Both streams share one flow-control window: reading only stdout while the command
+        # fills stderr would stall it forever, so stderr is drained on every wake-up.
+        stdout = bytearray()
+        stderr = bytearray()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            channel.settimeout(min(remaining, POLL_INTERVAL))
+            try:
+                data = channel.recv(READ_CHUNK)
+            except TimeoutError:
+                data = None
+            while channel.recv_stderr_ready():
+                stderr += channel.recv_stderr(READ_CHUNK)
+            if data is None:
+                continue
+            if not data:
+                break
+            stdout += data
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            channel.settimeout(remaining)
+            data = channel.recv_stderr(READ_CHUNK)
+            if not data:
+                return bytes(stdout), bytes(stderr)
+            stderr += data
+
+
+# -- one connection per cluster and process -------------------------------------------------
+
+_connections: dict[object, SSHConnection] = {}
+_connections_lock = threading.Lock()
+
+
+def _connection_key(cluster: Cluster) -> tuple[object, ...]:
+    # Any edit that changes where or how we connect yields a new connection.
+    secret = hashlib.sha256(cluster.private_key_encrypted.encode()).hexdigest()
+    return (cluster.pk, cluster.host, cluster.port, cluster.username, cluster.host_key, secret)
+
+
+def connection_for(cluster: Cluster) -> SSHConnection:
+    """The process-wide connection to this cluster (connects lazily, on the first command)."""
+    key = _connection_key(cluster)
+    with _connections_lock:
+        existing = _connections.get(cluster.pk)
+        if existing is not None and existing.cache_key == key:
+            return existing
+        connection = SSHConnection(
+            host=cluster.host,
+            port=cluster.port,
+            username=cluster.username,
+            private_key=cluster.private_key(),
+            host_key=cluster.host_key,
+            connect_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
+            command_timeout=settings.ACTIVATE_SSH_COMMAND_TIMEOUT,
+            max_channels=settings.ACTIVATE_SSH_MAX_CHANNELS,
+        )
+        connection.cache_key = key
+        _connections[cluster.pk] = connection
+    if existing is not None:
+        existing.close()
+    return connection
+
+
+def close_all_connections() -> None:
+    with _connections_lock:
+        connections = list(_connections.values())
+        _connections.clear()
+    for connection in connections:
+        connection.close()
+
+
+def _forget_connections_after_fork() -> None:
+    # A forked child (Celery prefork) must not touch the parent's sockets or locks: it starts
+    # with no connections, and never closes the inherited ones (that would disconnect the
+    # parent's session).
+    global _connections, _connections_lock, _total_lock
+    _connections = {}
+    _connections_lock = threading.Lock()
+    _total_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_connections_after_fork)

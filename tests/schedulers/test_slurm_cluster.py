@@ -1,0 +1,194 @@
+"""SlurmAdapter against the real single-node Slurm cluster over real SSH."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import SshTarget
+from tests.schedulers.conftest import has_ended, is_running, wait_for
+from workers_app.schedulers.base import JobSpec, Phase, SchedulerError
+from workers_app.schedulers.slurm import SlurmAdapter
+from workers_app.schedulers.ssh import SSHConnection
+
+pytestmark = pytest.mark.slurm
+
+HOSTILE = 'it\'s "quoted" $(touch ~/pwned) `id` ; rm -rf ~ \n second line \\ end'
+
+
+@pytest.fixture(scope="module")
+def slurm(ssh: SSHConnection) -> SlurmAdapter:
+    return SlurmAdapter(ssh)
+
+
+@pytest.fixture
+def submitted(slurm: SlurmAdapter) -> Iterator[list[str]]:
+    """Ids of the jobs a test submits; all are cancelled afterwards."""
+    ids: list[str] = []
+    yield ids
+    for job_id in ids:
+        slurm.cancel(job_id)
+
+
+def submit(
+    slurm: SlurmAdapter,
+    submitted: list[str],
+    name: str,
+    command: str,
+    *,
+    partition: str = "",
+    directives: tuple[str, ...] = (),
+    environment: dict[str, str] | None = None,
+) -> str:
+    script = slurm.render_script(
+        JobSpec(
+            name=name,
+            partition=partition,
+            directives=list(directives),
+            environment=environment or {},
+            command=command,
+        )
+    )
+    job_id = slurm.submit(script)
+    submitted.append(job_id)
+    return job_id
+
+
+@pytest.fixture(scope="module")
+def timeout_job(slurm: SlurmAdapter) -> Iterator[str]:
+    """A one-minute job submitted when the module starts, so its end overlaps other tests."""
+    job_id = slurm.submit(
+        slurm.render_script(
+            JobSpec(
+                name=f"pwtest-{uuid.uuid4().hex[:8]}-timeout",
+                partition="",
+                directives=["--time=1"],
+                command="sleep 600",
+            )
+        )
+    )
+    yield job_id
+    slurm.cancel(job_id)
+
+
+@pytest.fixture(autouse=True)
+def _start_the_slow_job_first(timeout_job: str) -> None:
+    """Every test here pulls in timeout_job, so the clock starts with the first one."""
+
+
+def test_job_is_queued_then_running_on_a_node_then_cancelled(
+    slurm: SlurmAdapter,
+    ssh: SSHConnection,
+    submitted: list[str],
+    unique: str,
+    ssh_target: SshTarget,
+) -> None:
+    job_id = submit(slurm, submitted, unique + "sleep", "sleep 300", partition=ssh_target.partition)
+    first = slurm.query([job_id]).get(job_id)
+    assert first is not None and first.phase in {Phase.QUEUED, Phase.RUNNING}
+    assert first.name == unique + "sleep"
+
+    running = wait_for(slurm, job_id, is_running)
+    assert running is not None
+    hostname = ssh.run(["hostname", "-s"]).stdout.strip()
+    assert (running.state, running.node) == ("RUNNING", hostname)
+
+    slurm.cancel(job_id)
+    ended = wait_for(slurm, job_id, has_ended)
+    assert ended is None or (ended.state, ended.failed) == ("CANCELLED", False)
+    final = slurm.final_state(job_id)
+    assert final is not None and (final.phase, final.state) == (Phase.ENDED, "CANCELLED")
+    slurm.cancel(job_id)  # cancelling an ended job is not an error
+
+
+def test_job_exiting_3_is_failed_with_exit_code_3(
+    slurm: SlurmAdapter, ssh: SSHConnection, submitted: list[str], unique: str
+) -> None:
+    job_id = submit(slurm, submitted, unique + "exit3", "exit 3")
+    info = wait_for(slurm, job_id, has_ended)
+    assert info is not None
+    assert (info.state, info.exit_code, info.failed) == ("FAILED", "3:0", True)
+
+    before = ssh.commands_run
+    final = slurm.final_state(job_id)
+    assert final is not None
+    assert (final.state, final.exit_code, final.failed) == ("FAILED", "3:0", True)
+    # No accounting here: sacct says so, scontrol answers.
+    assert ssh.commands_run - before == 2
+
+
+def test_find_job_and_platform_jobs_by_name(
+    slurm: SlurmAdapter, submitted: list[str], unique: str
+) -> None:
+    live = submit(slurm, submitted, unique + "live", "sleep 300", directives=("--hold",))
+    done = submit(slurm, submitted, unique + "done", "true")
+    wait_for(slurm, done, has_ended)
+
+    assert slurm.find_job(unique + "live") == live
+    assert slurm.find_job(unique + "done") is None
+    assert slurm.find_job(unique + "nothing") is None
+    assert slurm.list_platform_jobs(unique) == {live: unique + "live"}
+
+
+def test_query_of_200_ids_is_one_command(
+    slurm: SlurmAdapter, ssh: SSHConnection, submitted: list[str], unique: str
+) -> None:
+    job_id = submit(slurm, submitted, unique + "many", "sleep 300", directives=("--hold",))
+    ids = [job_id] + [str(90_000_000 + n) for n in range(199)]
+    before = ssh.commands_run
+    result = slurm.query(ids)
+    assert ssh.commands_run - before == 1
+    assert set(result.jobs) == {job_id}
+    info = result.get(job_id)
+    assert info is not None and (info.phase, info.reason) == (Phase.QUEUED, "JobHeldUser")
+
+
+def test_a_single_unknown_id_is_not_listed(slurm: SlurmAdapter) -> None:
+    assert slurm.query(["90000000"]).jobs == {}
+    assert slurm.final_state("90000000") is None
+
+
+def test_partitions_of_the_test_cluster(slurm: SlurmAdapter, ssh_target: SshTarget) -> None:
+    partitions = {p.name: p for p in slurm.partitions()}
+    default = partitions[ssh_target.partition]
+    assert default.is_default and default.nodes_total == 1
+    assert partitions["short"].max_time == "1:00:00"
+    assert not partitions["short"].is_default
+
+
+def test_refused_submit_raises_with_slurm_reason(slurm: SlurmAdapter, unique: str) -> None:
+    script = slurm.render_script(
+        JobSpec(name=unique + "bad", partition="no-such-partition", directives=[], command="true")
+    )
+    with pytest.raises(SchedulerError, match=r"(?i)partition"):
+        slurm.submit(script)
+
+
+def test_hostile_environment_value_reaches_the_job_verbatim(
+    slurm: SlurmAdapter, ssh: SSHConnection, submitted: list[str], unique: str
+) -> None:
+    out = f"{unique}env.txt"
+    job_id = submit(
+        slurm,
+        submitted,
+        unique + "env",
+        f'printf "%s" "$HOSTILE" > ~/{out}',
+        environment={"HOSTILE": HOSTILE},
+    )
+    wait_for(slurm, job_id, has_ended)
+    try:
+        assert ssh.run(["cat", out]).stdout == HOSTILE
+        assert ssh.run(["test", "-e", "pwned"]).exit_status == 1
+    finally:
+        ssh.run(["rm", "-f", out])
+
+
+def test_time_limit_ends_as_timeout(slurm: SlurmAdapter, timeout_job: str) -> None:
+    # Submitted with --time=1 when this module started; Slurm ends it 60-90 s later.
+    info = wait_for(slurm, timeout_job, has_ended, timeout=150, interval=2)
+    assert info is not None
+    assert (info.phase, info.state, info.failed) == (Phase.ENDED, "TIMEOUT", False)
+    final = slurm.final_state(timeout_job)
+    assert final is not None and final.state == "TIMEOUT"
