@@ -15,7 +15,9 @@ from sessions_app import services as sessions
 from workers_app import lifecycle
 from workers_app.models import Cluster, Environment, Worker
 from workers_app.params import ParameterError, validate_params
-from workers_app.schedulers import adapter_class
+from workers_app.schedulers import adapter_class, adapter_for
+from workers_app.schedulers.base import CommandResult
+from workers_app.statuses import WorkerStatus
 
 NAME_MAX = 128
 
@@ -83,3 +85,17 @@ def workers_visible_to(user: User) -> QuerySet[Worker]:
     if not getattr(user, "is_staff", False):
         workers = workers.filter(owner=user)
     return workers
+
+
+class WorkerNotReady(Exception):
+    """Commands run only on a worker whose node is known and whose agent is connected."""
+
+
+def run_on_worker(worker: Worker, argv: list[str]) -> CommandResult:
+    """Run one command on the worker's node, inside its job, through the cluster's SSH."""
+    if worker.status != WorkerStatus.CONNECTED or not worker.scheduler_job_id:
+        raise WorkerNotReady(f"worker {worker.public_id} is {worker.status}, not connected")
+    if not argv or any("\x00" in arg for arg in argv):
+        raise ParameterError("command", "must be a non-empty list of arguments without NULs")
+    adapter = adapter_for(worker.cluster)
+    return adapter.run_in_job(worker.scheduler_job_id, worker.node_hostname, argv)

@@ -34,7 +34,9 @@ def squeue_ids(target: SshTarget, name: str) -> list[str]:
 @pytest.fixture
 def environment(db: None, make_cluster, ssh_target: SshTarget) -> Iterator[Environment]:  # type: ignore[no-untyped-def]
     cluster: Cluster = make_cluster()
-    env = Environment.objects.create(cluster=cluster, name="compute", partition=ssh_target.partition)
+    env = Environment.objects.create(
+        cluster=cluster, name="compute", partition=ssh_target.partition
+    )
     EnvironmentField.objects.create(
         environment=env, name="walltime", directive="--time={value}", default="00:10:00"
     )

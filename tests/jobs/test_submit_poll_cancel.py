@@ -30,7 +30,8 @@ def poll_until(worker: Worker, wanted: set[str], timeout: float = 60) -> None:
 
 
 def test_a_worker_is_submitted_then_seen_running_then_its_deletion_empties_squeue(
-    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    new_worker,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     worker = new_worker()
     assert jobs.submit_worker(worker.pk).startswith("submitted as job")
@@ -56,7 +57,8 @@ def test_a_worker_is_submitted_then_seen_running_then_its_deletion_empties_squeu
 
 
 def test_a_job_created_by_an_earlier_attempt_is_adopted_not_duplicated(
-    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    new_worker,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     worker = new_worker()
     earlier = sbatch_as(ssh_target, worker.job_name)
@@ -70,7 +72,9 @@ def test_a_job_created_by_an_earlier_attempt_is_adopted_not_duplicated(
 
 
 def test_with_200_live_workers_one_poll_runs_one_status_command(
-    new_worker, environment, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    new_worker,
+    environment,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     workers = [new_worker() for _ in range(200)]
     names = " ".join(w.job_name for w in workers)
@@ -78,7 +82,10 @@ def test_with_200_live_workers_one_poll_runs_one_status_command(
     script += f"--partition={ssh_target.partition} --job-name=$n --wrap='sleep 600'; done"
     out = subprocess.run(
         ["runuser", "-u", ssh_target.user, "--", "bash", "-c", script],
-        capture_output=True, text=True, check=True, timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     ).stdout.split()
     for worker, job_id in zip(workers, out, strict=True):
         lifecycle.mark_submitted(worker, job_id=job_id.split(";")[0])
@@ -90,7 +97,9 @@ def test_with_200_live_workers_one_poll_runs_one_status_command(
 
 
 def test_a_failed_poll_changes_no_worker(
-    new_worker, environment, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    new_worker,
+    environment,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     worker = new_worker()
     jobs.submit_worker(worker.pk)
@@ -103,12 +112,16 @@ def test_a_failed_poll_changes_no_worker(
         assert worker.status == S.QUEUED
         assert worker.events.count() == events
     finally:
-        subprocess.run(["bash", "scripts/testcluster.sh", "start-slurmctld"], check=True, timeout=120)
+        subprocess.run(
+            ["bash", "scripts/testcluster.sh", "start-slurmctld"], check=True, timeout=120
+        )
     assert jobs.poll_cluster(environment.cluster_id) == 1
 
 
 def test_an_unreachable_cluster_keeps_workers_pending_then_sends_them_when_it_answers(
-    new_worker, environment, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    new_worker,
+    environment,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     cluster: Cluster = environment.cluster
     Cluster.objects.filter(pk=cluster.pk).update(port=2299)
@@ -129,7 +142,8 @@ def test_an_unreachable_cluster_keeps_workers_pending_then_sends_them_when_it_an
 
 
 def test_a_job_refused_by_the_scheduler_fails_the_worker_with_its_reason(
-    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    new_worker,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     worker = new_worker(directives="--mem=99999999")
     assert jobs.submit_worker(worker.pk) == "refused"
@@ -141,7 +155,8 @@ def test_a_job_refused_by_the_scheduler_fails_the_worker_with_its_reason(
 
 
 def test_a_job_that_ends_before_connecting_ends_the_worker_with_the_schedulers_reason(
-    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    new_worker,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     worker = new_worker()
     jobs.submit_worker(worker.pk)
@@ -152,7 +167,9 @@ def test_a_job_that_ends_before_connecting_ends_the_worker_with_the_schedulers_r
 
 
 def test_reconcile_cancels_platform_jobs_that_belong_to_no_live_worker(
-    new_worker, environment, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    new_worker,
+    environment,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     live = new_worker()
     jobs.submit_worker(live.pk)
@@ -169,12 +186,37 @@ def test_reconcile_cancels_platform_jobs_that_belong_to_no_live_worker(
 
 
 def test_probe_detects_partitions_as_environments_with_node_counts(
-    make_cluster, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    make_cluster,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     cluster = make_cluster(name="probed")
     assert jobs.probe_cluster(cluster.pk)
     env = cluster.environments.get(name=ssh_target.partition)
     assert env.source == "auto" and env.nodes_total == 1
     assert {f.name for f in env.fields.all()} == {
-        "walltime", "numNodes", "account", "qos", "directives"
+        "walltime",
+        "numNodes",
+        "account",
+        "qos",
+        "directives",
     }
+
+
+def test_a_command_runs_on_a_connected_workers_node_inside_its_job(
+    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+) -> None:
+    import socket
+
+    from workers_app import services
+
+    worker = new_worker()
+    with pytest.raises(services.WorkerNotReady):
+        services.run_on_worker(worker, ["hostname"])
+    jobs.submit_worker(worker.pk)
+    poll_until(worker, {S.STARTING})
+    lifecycle.mark_connected(worker, hostname=worker.node_hostname)
+    result = services.run_on_worker(worker, ["sh", "-c", 'echo "$SLURM_JOB_ID on $(hostname)"'])
+    assert result.exit_status == 0
+    assert result.stdout.strip() == f"{worker.scheduler_job_id} on {socket.gethostname()}"
+    hostile = services.run_on_worker(worker, ["echo", "$(id); `id`; a'b"])
+    assert hostile.stdout.strip() == "$(id); `id`; a'b"

@@ -172,3 +172,7 @@ class SchedulerAdapter(ABC):
     @abstractmethod
     def partitions(self) -> list[Partition]:
         """Partitions (queues) with node counts, for auto-detected environments."""
+
+    @abstractmethod
+    def run_in_job(self, job_id: str, node: str, argv: list[str]) -> CommandResult:
+        """Run a command on the job's node, inside its allocation where the scheduler allows."""

@@ -19,6 +19,7 @@ import time
 
 from workers_app.schedulers.base import (
     SAFE_VALUE,
+    CommandResult,
     FieldTemplate,
     JobInfo,
     JobSpec,
@@ -310,6 +311,12 @@ class HostAdapter(SchedulerAdapter):
             raise SchedulerError(
                 result.stderr.strip()[:500] or f"cancel exited {result.exit_status}"
             )
+
+    def run_in_job(self, job_id: str, node: str, argv: list[str]) -> CommandResult:
+        if not JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a host job id: {job_id!r}")
+        # The host is the node: the command runs beside the job.
+        return self.runner.run(argv)
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         return {

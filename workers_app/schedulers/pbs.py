@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from workers_app.schedulers.base import (
+    SAFE_VALUE,
     CommandResult,
     FieldTemplate,
     JobInfo,
@@ -301,6 +302,13 @@ class PbsAdapter(SchedulerAdapter):
         if "Unknown Job Id" in stderr or "Job has finished" in stderr:
             return
         raise SchedulerError(stderr.strip() or f"qdel exited {result.exit_status}")
+
+    def run_in_job(self, job_id: str, node: str, argv: list[str]) -> CommandResult:
+        self._check_ids([job_id])
+        if not SAFE_VALUE.fullmatch(node):
+            raise ValueError(f"not a node name: {node!r}")
+        # PBS Pro sites allow SSH from the login node to nodes that run one's own job.
+        return self.runner.run(["ssh", "-o", "BatchMode=yes", node, "--", *argv])
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         # Jobs of the cluster account only; qselect without -x lists unfinished ones.

@@ -425,6 +425,12 @@ class SlurmAdapter(SchedulerAdapter):
             return
         raise SchedulerError(stderr.strip() or f"scancel exited {result.exit_status}")
 
+    def run_in_job(self, job_id: str, node: str, argv: list[str]) -> CommandResult:
+        if not JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        # --overlap shares the allocation's resources with the agent's step instead of waiting.
+        return self._run(["srun", f"--jobid={job_id}", "--overlap", "--ntasks=1", "--", *argv])
+
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         # Live jobs of the cluster account only (--me): platform jobs all run under it.
         result = self._run(["squeue", "--noheader", "--me", f"--Format={QUERY_FORMAT}"])
