@@ -100,10 +100,8 @@ def submit_worker(worker_id: int) -> str:
             return "not pending"
         cluster = worker.cluster
         # Should this process die mid-submit, the dispatch sweep sends it again later.
-        lifecycle.note_waiting(
-            worker,
-            reason=worker.status_reason,
-            next_attempt_at=timezone.now() + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE),
+        lifecycle.lease_submission(
+            worker, until=timezone.now() + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE)
         )
         try:
             adapter = adapter_for(cluster)

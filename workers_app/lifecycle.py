@@ -286,6 +286,12 @@ def note_waiting(worker: Worker, *, reason: str, next_attempt_at: datetime) -> b
     return updated == 1
 
 
+def lease_submission(worker: Worker, *, until: datetime) -> None:
+    """A submission owns this pending worker until ``until``; the dispatch sweep waits."""
+    Worker.objects.filter(pk=worker.pk, status=S.PENDING).update(next_attempt_at=until)
+    worker.next_attempt_at = until
+
+
 def record_job_to_cancel(worker: Worker, *, job_id: str) -> None:
     """A job was created for a worker that ended meanwhile: keep its id and cancel it."""
     Worker.objects.filter(pk=worker.pk).update(scheduler_job_id=job_id, cancel_requested=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 from django.conf import settings
+from django.db.models import Q
 
 from workers_app import jobs, sweeps
 from workers_app.models import Cluster, Worker
@@ -33,17 +34,12 @@ def poll_cluster(cluster_id: int) -> int:
 
 @shared_task
 def poll_clusters() -> int:
-    clusters = (
-        Worker.objects.filter(status__in=WITH_JOB)
+    ids = list(
+        Worker.objects.filter(Q(status__in=WITH_JOB) | Q(cancel_requested=True))
+        .order_by("cluster_id")
         .values_list("cluster_id", flat=True)
         .distinct()
-        .union(
-            Worker.objects.filter(cancel_requested=True)
-            .values_list("cluster_id", flat=True)
-            .distinct()
-        )
     )
-    ids = sorted(set(clusters))
     for cluster_id in ids:
         poll_cluster.apply_async((cluster_id,), expires=settings.ACTIVATE_POLL_INTERVAL)
     return len(ids)

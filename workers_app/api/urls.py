@@ -1,3 +1,22 @@
 from __future__ import annotations
 
-urlpatterns: list[object] = []
+from django.urls import URLPattern, URLResolver, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.routers import SimpleRouter
+
+from workers_app.api import views
+from workers_app.api.docs import SwaggerView
+
+router = SimpleRouter()
+router.register("clusters", views.ClusterViewSet, basename="cluster")
+router.register(
+    r"clusters/(?P<cluster>[^/]+)/environments", views.EnvironmentViewSet, basename="environment"
+)
+router.register("workers", views.WorkerViewSet, basename="worker")
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("me/", views.MeView.as_view(), name="api-me"),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    *router.urls,
+]

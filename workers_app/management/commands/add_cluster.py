@@ -52,7 +52,11 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(f"--host-key: {exc}") from None
         cluster = Cluster.objects.filter(name=name).first() or Cluster(name=name)
-        cluster.host, cluster.port, cluster.username = options["host"], options["port"], options["user"]
+        cluster.host, cluster.port, cluster.username = (
+            options["host"],
+            options["port"],
+            options["user"],
+        )
         cluster.scheduler, cluster.host_key = options["scheduler"], host_key
         cluster.set_private_key(pem)
         cluster.full_clean()
