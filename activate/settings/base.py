@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "workers_app",
     "sessions_app",
 ]
@@ -138,6 +139,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "workers_app.api.errors.api_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "ACTIVATE API",
@@ -145,6 +147,7 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"WorkerStatusEnum": "workers_app.statuses.WorkerStatus"},
 }
 
 CELERY_BROKER_URL = REDIS_URL

@@ -1,0 +1,240 @@
+"""pw workers create|ls|get|delete."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+from urllib.parse import quote
+
+from cli.client import ApiClient
+from cli.errors import CliError, Interrupted, NotFound, Unreachable
+from cli.output import cell, emit, pairs, table, when
+
+STATUSES = ("pending", "queued", "starting", "connected", "stopping", "stopped", "error")
+FINISHED = frozenset({"stopped", "error"})
+ENDINGS = {"error": "failed", "stopped": "stopped", "stopping": "is being stopped"}
+POLL_ENV = "PW_POLL_INTERVAL"
+DEFAULT_POLL_SECONDS = 2.0
+# While waiting, the platform may restart or the network blip; give up only after this long.
+WAIT_OUTAGE_SECONDS = 120.0
+
+Worker = dict[str, Any]
+
+
+def worker_path(worker_id: str) -> str:
+    return f"/workers/{quote(worker_id, safe='')}/"
+
+
+def not_found(worker_id: str) -> str:
+    return f"worker {worker_id} not found"
+
+
+def render_worker(worker: Worker) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in sorted((worker.get("params") or {}).items()))
+    return pairs(
+        [
+            ("ID", cell(worker["id"])),
+            ("Name", cell(worker.get("name"))),
+            ("Cluster", cell(worker.get("cluster"))),
+            ("Environment", cell(worker.get("environment"))),
+            ("Status", cell(worker.get("status"))),
+            ("Reason", cell(worker.get("status_reason"))),
+            ("Node", cell(worker.get("node_hostname"))),
+            ("Job ID", cell(worker.get("scheduler_job_id"))),
+            ("Job state", cell(worker.get("scheduler_state"))),
+            ("Exit code", cell(worker.get("exit_code"))),
+            ("Params", cell(params)),
+            ("Created", when(worker.get("created_at"))),
+            ("Submitted", when(worker.get("submitted_at"))),
+            ("Connected", when(worker.get("connected_at"))),
+            ("Finished", when(worker.get("finished_at"))),
+        ]
+    )
+
+
+def render_workers(workers: list[Worker]) -> str:
+    headers = ["ID", "NAME", "CLUSTER", "ENVIRONMENT", "STATUS", "NODE", "JOB", "CREATED"]
+    rows = [
+        [
+            cell(w["id"]),
+            cell(w.get("name")),
+            cell(w.get("cluster")),
+            cell(w.get("environment")),
+            cell(w.get("status")),
+            cell(w.get("node_hostname")),
+            cell(w.get("scheduler_job_id")),
+            when(w.get("created_at")),
+        ]
+        for w in workers
+    ]
+    return table(headers, rows)
+
+
+def progress_line(worker: Worker) -> str:
+    line = f"{worker['id']}: {worker['status']}"
+    if worker["status"] == "queued" and worker.get("scheduler_job_id"):
+        line += f" (job {worker['scheduler_job_id']})"
+    elif worker["status"] in ("starting", "connected") and worker.get("node_hostname"):
+        line += f" on {worker['node_hostname']}"
+    if worker.get("status_reason"):
+        line += f": {worker['status_reason']}"
+    return line
+
+
+def poll_interval() -> float:
+    raw = os.environ.get(POLL_ENV)
+    if not raw:
+        return DEFAULT_POLL_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise CliError(f"{POLL_ENV} must be a positive number of seconds, not {raw!r}")
+    return seconds
+
+
+def wait_for(
+    client: ApiClient,
+    worker: Worker,
+    *,
+    done: Callable[[Worker], bool],
+    failed: Collection[str],
+) -> Worker:
+    """Poll until ``done(worker)``; a status in ``failed`` ends the wait with its reason."""
+    interval = poll_interval()
+    shown = ""
+    outage_since: float | None = None
+    while True:
+        line = progress_line(worker)
+        if line != shown:
+            print(line, file=sys.stderr, flush=True)
+            shown = line
+        if done(worker):
+            return worker
+        if worker["status"] in failed:
+            reason = worker.get("status_reason") or "no reason given"
+            outcome = ENDINGS.get(worker["status"], f"is {worker['status']}")
+            raise CliError(f"worker {worker['id']} {outcome}: {reason}")
+        time.sleep(interval)
+        try:
+            worker = client.get(worker_path(worker["id"]), not_found=not_found(worker["id"]))
+            outage_since = None
+        except Unreachable as exc:
+            now = time.monotonic()
+            if outage_since is None:
+                outage_since = now
+                print(f"{exc}; still trying", file=sys.stderr, flush=True)
+            elif now - outage_since > WAIT_OUTAGE_SECONDS:
+                raise
+
+
+def create(client: ApiClient, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {
+        "cluster": args.cluster,
+        "environment": args.environment,
+        "params": dict(args.param or []),
+    }
+    if args.name:
+        body["name"] = args.name
+    worker = client.post("/workers/", body)
+    if args.wait:
+        try:
+            worker = wait_for(
+                client,
+                worker,
+                done=lambda w: w["status"] == "connected",
+                failed={"stopping", *FINISHED},
+            )
+        except NotFound:
+            raise CliError(f"worker {worker['id']} ended and is no longer listed") from None
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"stopped waiting; worker {worker['id']} is still requested "
+                f"(delete it with: pw workers delete {worker['id']})"
+            ) from None
+    emit(sys.stdout, worker, args.output, render_worker)
+    return 0
+
+
+def list_workers(client: ApiClient, args: argparse.Namespace) -> int:
+    params = {k: v for k, v in (("cluster", args.cluster), ("status", args.status)) if v}
+    workers = client.list_all("/workers/", params=params)
+    emit(sys.stdout, workers, args.output, render_workers)
+    return 0
+
+
+def get(client: ApiClient, args: argparse.Namespace) -> int:
+    worker = client.get(worker_path(args.id), not_found=not_found(args.id))
+    emit(sys.stdout, worker, args.output, render_worker)
+    return 0
+
+
+def delete(client: ApiClient, args: argparse.Namespace) -> int:
+    worker = client.delete(worker_path(args.id), not_found=not_found(args.id))
+    if args.wait:
+        try:
+            worker = wait_for(
+                client, worker, done=lambda w: w["status"] == "stopped", failed={"error"}
+            )
+        except NotFound:
+            # Finished long enough ago to have left the list: it is stopped.
+            print(f"{args.id}: stopped", file=sys.stderr)
+            return 0
+        except KeyboardInterrupt:
+            raise Interrupted(f"stopped waiting; worker {args.id} is still being stopped") from None
+    emit(sys.stdout, worker, args.output, render_worker)
+    return 0
+
+
+def parse_param(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def add_parser(
+    commands: Any, common: argparse.ArgumentParser, output: argparse.ArgumentParser
+) -> None:
+    workers = commands.add_parser(
+        "workers", help="request, list and delete workers", parents=[common]
+    )
+    sub = workers.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    p = sub.add_parser(
+        "create", help="request a worker from an environment", parents=[common, output]
+    )
+    p.add_argument("cluster", metavar="CLUSTER")
+    p.add_argument("--environment", "-e", required=True, metavar="ENV")
+    p.add_argument(
+        "--param",
+        "-p",
+        action="append",
+        type=parse_param,
+        metavar="KEY=VALUE",
+        help="a scheduling field, e.g. walltime=04:00:00 (repeatable)",
+    )
+    p.add_argument("--name", default="", help="default: ENV-ID")
+    p.add_argument("--wait", action="store_true", help="wait until it is connected")
+    p.set_defaults(run=create)
+
+    p = sub.add_parser("ls", help="list your workers", parents=[common, output])
+    p.add_argument("--cluster", metavar="CLUSTER")
+    p.add_argument("--status", choices=STATUSES)
+    p.set_defaults(run=list_workers)
+
+    p = sub.add_parser("get", help="show one worker", parents=[common, output])
+    p.add_argument("id", metavar="ID")
+    p.set_defaults(run=get)
+
+    p = sub.add_parser(
+        "delete", help="delete a worker and cancel its job", parents=[common, output]
+    )
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--wait", action="store_true", help="wait until it is stopped")
+    p.set_defaults(run=delete)

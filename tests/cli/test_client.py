@@ -1,0 +1,64 @@
+"""How pw words what the platform answers, against a scripted platform."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from cli.client import ApiClient
+from cli.config import Config
+from cli.errors import CliError, NotFound, Unreachable
+
+
+def client_answering(response: httpx.Response) -> ApiClient:
+    transport = httpx.MockTransport(lambda request: response)
+    return ApiClient(Config("http://platform.test", "pwk_x"), transport=transport)
+
+
+@pytest.mark.parametrize(
+    ("response", "error", "message"),
+    [
+        (
+            httpx.Response(400, json={"field": "walltime", "detail": "bad"}),
+            CliError,
+            "walltime: bad",
+        ),
+        (
+            httpx.Response(400, json={"field": None, "detail": "JSON parse error"}),
+            CliError,
+            "JSON parse error",
+        ),
+        (httpx.Response(404, text="<html>"), NotFound, "worker w1 not found"),
+        (httpx.Response(502, text="<html>bad gateway</html>"), Unreachable, "HTTP 502"),
+        (
+            httpx.Response(301, headers={"Location": "https://platform.test/api/workers/"}),
+            CliError,
+            "redirects to https://platform.test/api/workers/",
+        ),
+        (httpx.Response(200, text="<html>hello</html>"), CliError, "not JSON"),
+    ],
+)
+def test_each_failure_becomes_one_sentence(
+    response: httpx.Response, error: type[CliError], message: str
+) -> None:
+    with pytest.raises(error) as raised:
+        client_answering(response).get("/workers/w1/", not_found="worker w1 not found")
+
+    assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_the_key_is_sent_as_a_bearer_token() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"username": "alice"})
+
+    client = ApiClient(
+        Config("http://platform.test", "pwk_x"), transport=httpx.MockTransport(answer)
+    )
+
+    assert client.get("/me/") == {"username": "alice"}
+    assert seen[0].headers["Authorization"] == "Bearer pwk_x"
+    assert str(seen[0].url) == "http://platform.test/api/me/"

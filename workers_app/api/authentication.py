@@ -1,0 +1,64 @@
+"""API keys sent as ``Authorization: Bearer <key>``; only their SHA-256 is stored."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Q
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.request import Request
+
+from workers_app.models import ApiKey, hash_secret
+
+KEYWORD = "Bearer"
+# last_used_at answers "is this key still in use?"; writing it on every request would turn
+# each read into a write, so it moves only when it is older than this.
+LAST_USED_RESOLUTION = timedelta(minutes=5)
+
+
+def touch_last_used(key: ApiKey) -> None:
+    now = timezone.now()
+    if key.last_used_at is not None and key.last_used_at > now - LAST_USED_RESOLUTION:
+        return
+    stale = Q(last_used_at__isnull=True) | Q(last_used_at__lte=now - LAST_USED_RESOLUTION)
+    ApiKey.objects.filter(stale, pk=key.pk).update(last_used_at=now)
+    key.last_used_at = now
+
+
+class ApiKeyAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[AbstractBaseUser, ApiKey] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != KEYWORD.lower().encode():
+            return None
+        if len(parts) != 2:
+            raise AuthenticationFailed("Invalid Authorization header: expected 'Bearer <key>'.")
+        try:
+            secret = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("Invalid API key.") from None
+        key = ApiKey.objects.select_related("user").filter(key_hash=hash_secret(secret)).first()
+        if key is None or not key.user.is_active:
+            raise AuthenticationFailed("Invalid API key.")
+        touch_last_used(key)
+        return key.user, key
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{KEYWORD} realm="api"'
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    target_class = ApiKeyAuthentication
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        definition = build_bearer_security_scheme_object(
+            header_name="Authorization", token_prefix=KEYWORD
+        )
+        definition["description"] = "An API key from `manage.py create_api_key` or the web UI."
+        return definition

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from workers_app.models import Cluster, Environment, EnvironmentField, Worker, WorkerEvent
+from workers_app.services import NAME_MAX
+
+
+class ErrorSerializer(serializers.Serializer[None]):
+    """The body of every error answer (documentation only)."""
+
+    field = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="On 400: the input that is wrong, or null if the request as a whole is.",
+    )
+    detail = serializers.CharField()
+
+
+class UserSerializer(serializers.Serializer[Any]):
+    username = serializers.CharField()
+    is_staff = serializers.BooleanField()
+
+
+class ClusterSerializer(serializers.ModelSerializer[Cluster]):
+    class Meta:
+        model = Cluster
+        # Deliberately an allowlist: host, user and key material never leave the server.
+        fields = ["name", "scheduler", "reachability", "last_contact_at"]
+        read_only_fields = fields
+
+
+class EnvironmentFieldSerializer(serializers.ModelSerializer[EnvironmentField]):
+    choices = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = EnvironmentField
+        fields = ["name", "label", "kind", "default", "required", "pattern", "choices"]
+        read_only_fields = fields
+
+
+class EnvironmentSerializer(serializers.ModelSerializer[Environment]):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    active = serializers.BooleanField(source="is_active", read_only=True)
+    # The metaclass moves declared fields away, so this does not shadow Serializer.fields.
+    fields = EnvironmentFieldSerializer(many=True, read_only=True)  # type: ignore[assignment]
+
+    class Meta:
+        model = Environment
+        fields = [
+            "name",
+            "cluster",
+            "partition",
+            "source",
+            "active",
+            "nodes_total",
+            "nodes_available",
+            "nodes_updated_at",
+            "fields",
+        ]
+        read_only_fields = fields
+
+
+class WorkerSerializer(serializers.ModelSerializer[Worker]):
+    id = serializers.CharField(source="public_id", read_only=True)
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    environment = serializers.CharField(source="environment.name", read_only=True, allow_null=True)
+    params = serializers.DictField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = Worker
+        fields = [
+            "id",
+            "name",
+            "cluster",
+            "environment",
+            "status",
+            "status_reason",
+            "scheduler_job_id",
+            "node_hostname",
+            "params",
+            "scheduler_state",
+            "exit_code",
+            "created_at",
+            "updated_at",
+            "submitted_at",
+            "connected_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "description": 'Scheduling fields of the environment, e.g. {"walltime": "01:00:00"}.',
+    }
+)
+class ParamsField(serializers.DictField):
+    """Values are checked by the environment's field rules, which name the offending field."""
+
+
+class WorkerCreateSerializer(serializers.Serializer[None]):
+    cluster = serializers.CharField(max_length=64, help_text="Cluster name.")
+    environment = serializers.CharField(max_length=64, help_text="Environment name.")
+    params = ParamsField(required=False, default=dict)
+    name = serializers.CharField(
+        max_length=NAME_MAX,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Defaults to <environment>-<id>.",
+    )
+
+
+class WorkerEventSerializer(serializers.ModelSerializer[WorkerEvent]):
+    class Meta:
+        model = WorkerEvent
+        fields = ["old_status", "new_status", "reason", "at"]
+        read_only_fields = fields

@@ -1,0 +1,190 @@
+"""The REST API: thin views over workers_app.services.
+
+Visibility: a user sees their own workers (staff: everyone's), and a finished worker only until
+ACTIVATE_PURGE_AFTER has passed; lists, GET, DELETE and events all follow that one rule, so any
+other worker id answers 404. DELETE is idempotent: it answers 202 with the worker's current
+state whether this call stopped it, an earlier call did, or it had already ended on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from workers_app import services
+from workers_app.api.errors import ApiErrorsMixin
+from workers_app.api.serializers import (
+    ClusterSerializer,
+    EnvironmentSerializer,
+    ErrorSerializer,
+    UserSerializer,
+    WorkerCreateSerializer,
+    WorkerEventSerializer,
+    WorkerSerializer,
+)
+from workers_app.models import Cluster, Environment, Worker, WorkerEvent
+from workers_app.statuses import WorkerStatus
+
+# Any path segment reaches the view, so an unknown name or id is the API's JSON 404 rather
+# than the router's HTML one.
+ANY_SEGMENT = "[^/]+"
+STATE_FIELDS = [f.attname for f in Worker._meta.concrete_fields if not f.is_relation]
+NOT_AUTHENTICATED = {401: ErrorSerializer}
+NOT_FOUND = {401: ErrorSerializer, 404: ErrorSerializer}
+
+
+def _user(request: Request) -> User:
+    # IsAuthenticated has run: the user is a real one, not AnonymousUser.
+    assert isinstance(request.user, User)
+    return request.user
+
+
+class Pagination(LimitOffsetPagination):
+    max_limit = 1000
+
+
+class MeView(ApiErrorsMixin, APIView):
+    @extend_schema(responses={200: UserSerializer, **NOT_AUTHENTICATED})
+    def get(self, request: Request) -> Response:
+        """The authenticated user (lets a client check its API key)."""
+        return Response(UserSerializer(_user(request)).data)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        description="Clusters workers can be requested on.",
+        responses={200: ClusterSerializer(many=True), **NOT_AUTHENTICATED},
+    ),
+    retrieve=extend_schema(
+        description="One cluster, by name.", responses={200: ClusterSerializer, **NOT_FOUND}
+    ),
+)
+class ClusterViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Cluster]):
+    serializer_class = ClusterSerializer
+    pagination_class = Pagination
+    lookup_field = "name"
+    lookup_value_regex = ANY_SEGMENT
+    # Never load the connection secrets, not even into memory.
+    queryset = Cluster.objects.only("id", "name", "scheduler", "reachability", "last_contact_at")
+
+
+@extend_schema_view(
+    list=extend_schema(
+        description="A cluster's environments, with the scheduling fields each lets you set.",
+        responses={200: EnvironmentSerializer(many=True), **NOT_FOUND},
+    ),
+    retrieve=extend_schema(
+        description="One environment of a cluster, by name.",
+        responses={200: EnvironmentSerializer, **NOT_FOUND},
+    ),
+)
+class EnvironmentViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Environment]):
+    serializer_class = EnvironmentSerializer
+    pagination_class = Pagination
+    lookup_field = "name"
+    lookup_value_regex = ANY_SEGMENT
+    queryset = Environment.objects.all()
+
+    def get_queryset(self) -> QuerySet[Environment]:
+        cluster = get_object_or_404(Cluster.objects.only("id", "name"), name=self.kwargs["cluster"])
+        return (
+            Environment.objects.filter(cluster=cluster)
+            .select_related("cluster")
+            .prefetch_related("fields")
+            .order_by("name")
+        )
+
+
+CLUSTER_FILTER = OpenApiParameter("cluster", OpenApiTypes.STR, description="A cluster name.")
+STATUS_FILTER = OpenApiParameter("status", OpenApiTypes.STR, enum=WorkerStatus.values)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        description="Your workers (staff: everyone's), newest first. Finished workers are "
+        "listed until ACTIVATE_PURGE_AFTER has passed.",
+        parameters=[CLUSTER_FILTER, STATUS_FILTER],
+        responses={200: WorkerSerializer(many=True), 400: ErrorSerializer, **NOT_AUTHENTICATED},
+    ),
+    retrieve=extend_schema(
+        description="One worker, by id, while it is listed.",
+        responses={200: WorkerSerializer, **NOT_FOUND},
+    ),
+)
+class WorkerViewSet(
+    ApiErrorsMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet[Worker],
+):
+    serializer_class = WorkerSerializer
+    pagination_class = Pagination
+    parser_classes = [JSONParser]
+    lookup_field = "public_id"
+    lookup_url_kwarg = "id"
+    lookup_value_regex = ANY_SEGMENT
+    queryset = Worker.objects.all()
+
+    def get_queryset(self) -> QuerySet[Worker]:
+        workers = services.workers_visible_to(_user(self.request))
+        if self.action == "list":
+            workers = self._filter(workers, self.request.query_params)
+        return workers.select_related("cluster", "environment").order_by("-created_at", "-id")
+
+    @staticmethod
+    def _filter(workers: QuerySet[Worker], query: Any) -> QuerySet[Worker]:
+        if cluster := query.get("cluster"):
+            workers = workers.filter(cluster__name=cluster)
+        if worker_status := query.get("status"):
+            if worker_status not in WorkerStatus.values:
+                allowed = ", ".join(WorkerStatus.values)
+                raise ValidationError({"status": f"must be one of: {allowed}"})
+            workers = workers.filter(status=worker_status)
+        return workers
+
+    @extend_schema(
+        request=WorkerCreateSerializer,
+        responses={201: WorkerSerializer, 400: ErrorSerializer, **NOT_AUTHENTICATED},
+    )
+    def create(self, request: Request) -> Response:
+        """Request a worker; it starts pending and is submitted to the cluster's scheduler."""
+        body = WorkerCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        worker = services.request_worker(owner=_user(request), **body.validated_data)
+        return Response(WorkerSerializer(worker).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={202: WorkerSerializer, **NOT_FOUND})
+    def destroy(self, request: Request, **kwargs: str) -> Response:
+        """Delete a worker: its sessions are deleted and its job cancelled.
+
+        It answers at once: status ``stopping`` until the scheduler confirms the job gone, or
+        ``stopped`` if no job was submitted yet. Deleting a finished worker changes nothing.
+        """
+        worker = self.get_object()
+        services.delete_worker(worker)
+        # Not the relations: the joined cluster and environment stay loaded for the answer.
+        worker.refresh_from_db(fields=STATE_FIELDS)
+        return Response(WorkerSerializer(worker).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(responses={200: WorkerEventSerializer(many=True), **NOT_FOUND})
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, **kwargs: str) -> Response:
+        """The worker's history: every status change with its reason, oldest first."""
+        worker = self.get_object()
+        events = WorkerEvent.objects.filter(worker=worker).order_by("at", "id")
+        paginator = Pagination()
+        page = paginator.paginate_queryset(events, request, view=self)
+        return paginator.get_paginated_response(WorkerEventSerializer(page, many=True).data)
