@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from cli import auth, catalog, workers
+from cli import auth, catalog, ssh, workers
 from cli.client import ApiClient
 from cli.config import HOST_ENV, load_config
 from cli.errors import CliError
@@ -35,6 +35,7 @@ def build_parser() -> Parser:
     auth.add_parser(commands, common)
     workers.add_parser(commands, common, output)
     catalog.add_parsers(commands, common, output)
+    ssh.add_parser(commands, common)
     return parser
 
 

@@ -99,7 +99,11 @@ class Platform:
                 "4",
             ]
         process = subprocess.Popen(
-            command, cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+            command,
+            cwd=REPO,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.processes[name] = process

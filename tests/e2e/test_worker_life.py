@@ -43,7 +43,10 @@ def wait_status(worker: Worker, wanted: set[str], timeout: float, platform: Plat
 
 
 def test_a_worker_connects_and_a_silent_node_is_stopped_within_the_heartbeat_timeout(
-    platform: Platform, slurm_environment: Environment, user, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    platform: Platform,
+    slurm_environment: Environment,
+    user,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     worker = request(slurm_environment, user)
     seen = {wait_status(worker, {S.QUEUED, S.STARTING, S.CONNECTED}, 60, platform)}
@@ -65,7 +68,9 @@ def test_a_worker_connects_and_a_silent_node_is_stopped_within_the_heartbeat_tim
 
 
 def test_flushing_redis_stops_no_connected_worker(
-    platform: Platform, slurm_environment: Environment, user  # type: ignore[no-untyped-def]
+    platform: Platform,
+    slurm_environment: Environment,
+    user,  # type: ignore[no-untyped-def]
 ) -> None:
     workers = [request(slurm_environment, user) for _ in range(2)]
     for worker in workers:
@@ -82,7 +87,10 @@ def test_flushing_redis_stops_no_connected_worker(
 
 
 def test_a_job_that_reaches_its_wall_time_shows_timeout(
-    platform: Platform, slurm_environment: Environment, user, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    platform: Platform,
+    slurm_environment: Environment,
+    user,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     worker = request(slurm_environment, user, walltime="00:01:00")
     wait_status(worker, {S.CONNECTED}, 90, platform)
@@ -93,7 +101,10 @@ def test_a_job_that_reaches_its_wall_time_shows_timeout(
 
 
 def test_deleting_a_worker_in_each_status_leaves_no_job(
-    platform: Platform, slurm_environment: Environment, user, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    platform: Platform,
+    slurm_environment: Environment,
+    user,
+    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
 ) -> None:
     connected = request(slurm_environment, user)
     wait_status(connected, {S.CONNECTED}, 90, platform)

@@ -122,3 +122,18 @@ class WorkerEventSerializer(serializers.ModelSerializer[WorkerEvent]):
         model = WorkerEvent
         fields = ["old_status", "new_status", "reason", "at"]
         read_only_fields = fields
+
+
+class CommandRequestSerializer(serializers.Serializer[None]):
+    command = serializers.ListField(
+        child=serializers.CharField(max_length=4096, trim_whitespace=False),
+        min_length=1,
+        max_length=256,
+        help_text="The command and its arguments; each is quoted, none goes through a shell.",
+    )
+
+
+class CommandResultSerializer(serializers.Serializer[None]):
+    exit_status = serializers.IntegerField()
+    stdout = serializers.CharField(allow_blank=True)
+    stderr = serializers.CharField(allow_blank=True)

@@ -28,6 +28,8 @@ from workers_app import services
 from workers_app.api.errors import ApiErrorsMixin
 from workers_app.api.serializers import (
     ClusterSerializer,
+    CommandRequestSerializer,
+    CommandResultSerializer,
     EnvironmentSerializer,
     ErrorSerializer,
     UserSerializer,
@@ -36,6 +38,8 @@ from workers_app.api.serializers import (
     WorkerSerializer,
 )
 from workers_app.models import Cluster, Environment, Worker, WorkerEvent
+from workers_app.schedulers.base import QueryFailed, SchedulerError
+from workers_app.schedulers.ssh import SSHError
 from workers_app.statuses import WorkerStatus
 
 # Any path segment reaches the view, so an unknown name or id is the API's JSON 404 rather
@@ -188,3 +192,32 @@ class WorkerViewSet(
         paginator = Pagination()
         page = paginator.paginate_queryset(events, request, view=self)
         return paginator.get_paginated_response(WorkerEventSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=CommandRequestSerializer,
+        responses={
+            200: CommandResultSerializer,
+            400: ErrorSerializer,
+            409: ErrorSerializer,
+            502: ErrorSerializer,
+            **NOT_FOUND,
+        },
+    )
+    @action(detail=True, methods=["post"], url_path="exec")
+    def run_command(self, request: Request, **kwargs: str) -> Response:
+        """Run one command on a connected worker's node, inside its job (what `pw ssh` uses)."""
+        worker = self.get_object()
+        body = CommandRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            result = services.run_on_worker(worker, body.validated_data["command"])
+        except services.WorkerNotReady as exc:
+            return Response({"field": None, "detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        except (SSHError, QueryFailed, SchedulerError) as exc:
+            return Response(
+                {"field": None, "detail": f"cluster {worker.cluster.name}: {exc}"},
+                status=status.HTTP_502_BAD_GATEWAY,
+            )
+        return Response(
+            {"exit_status": result.exit_status, "stdout": result.stdout, "stderr": result.stderr}
+        )

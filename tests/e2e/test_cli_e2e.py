@@ -1,0 +1,101 @@
+"""The real `pw` against a live platform (gunicorn, Celery, beat) and the real Slurm over SSH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+
+from tests.conftest import SshTarget
+from tests.e2e.helpers import squeue_names
+from tests.e2e.platform import Platform
+from workers_app.models import ApiKey, Environment, EnvironmentField, Worker
+
+pytestmark = [pytest.mark.slurm, pytest.mark.live]
+PW = Path(sys.executable).with_name("pw")
+
+
+def pw_runner(platform: Platform, user: User, tmp_path: Path):  # type: ignore[no-untyped-def]
+    _, key = ApiKey.issue(user)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PW_PLATFORM_HOST": platform.url,
+        "PW_API_KEY": key,
+        "PW_POLL_INTERVAL": "0.5",
+    }
+
+    def pw(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(PW), *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    return pw
+
+
+def test_create_wait_list_ssh_and_delete_a_worker_with_pw(
+    platform: Platform,
+    slurm_environment: Environment,
+    user: User,
+    tmp_path: Path,
+    ssh_target: SshTarget,
+) -> None:
+    pw = pw_runner(platform, user, tmp_path)
+    cluster = slurm_environment.cluster.name
+    created = pw(
+        "workers",
+        "create",
+        cluster,
+        "--environment",
+        slurm_environment.name,
+        "--param",
+        "walltime=00:05:00",
+        "--wait",
+        "-o",
+        "json",
+    )
+    assert created.returncode == 0, created.stderr + platform.logs()
+    worker = json.loads(created.stdout)
+    assert worker["status"] == "connected" and worker["node_hostname"]
+    for status in ("queued", "connected"):
+        assert status in created.stderr
+
+    listed = pw("workers", "ls", "--cluster", cluster)
+    assert listed.returncode == 0 and worker["id"] in listed.stdout.splitlines()[1]
+
+    remote = pw("ssh", worker["id"], "sh", "-c", "echo $SLURM_JOB_ID; exit 7")
+    assert remote.returncode == 7
+    assert remote.stdout.strip() == worker["scheduler_job_id"]
+
+    deleted = pw("workers", "delete", worker["id"], "--wait", "-o", "json")
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout)["status"] == "stopped"
+    assert f"pw-worker-{worker['id']}" not in squeue_names(ssh_target)
+
+
+def test_a_missing_required_field_fails_naming_it_and_submits_nothing(
+    platform: Platform, slurm_environment: Environment, user: User, tmp_path: Path
+) -> None:
+    EnvironmentField.objects.create(
+        environment=slurm_environment,
+        name="account",
+        directive="--account={value}",
+        required=True,
+    )
+    pw = pw_runner(platform, user, tmp_path)
+    result = pw(
+        "workers",
+        "create",
+        slurm_environment.cluster.name,
+        "--environment",
+        slurm_environment.name,
+        "--wait",
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == ["pw: error: account: is required"]
+    assert not Worker.objects.exists()
