@@ -39,6 +39,7 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
         "/api/workers/",
         "/api/workers/{id}/",
         "/api/workers/{id}/events/",
+        "/api/workers/{id}/exec/",
     }
     assert schema["components"]["securitySchemes"]["apiKey"] == {
         "type": "http",
