@@ -57,7 +57,7 @@ def ssh_target() -> SshTarget:
 
 
 @pytest.fixture
-def make_cluster(db: None, ssh_target: SshTarget):  # type: ignore[no-untyped-def]
+def make_cluster(db: None, ssh_target: SshTarget):
     def make(name: str = "test-slurm", scheduler: str = "slurm", **overrides: object) -> Cluster:
         cluster = Cluster(
             name=name,

@@ -47,7 +47,11 @@ def poll_clusters() -> int:
 
 @shared_task
 def sweep_timeouts() -> int:
-    return sweeps.sweep_timeouts()
+    handled = sweeps.sweep_timeouts(limit=sweeps.BATCH)
+    if handled == sweeps.BATCH:
+        # A full batch means more may be overdue: continue now rather than at the next beat.
+        sweep_timeouts.delay()
+    return handled
 
 
 @shared_task

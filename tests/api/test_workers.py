@@ -256,6 +256,7 @@ def test_another_users_worker_is_404_everywhere_but_visible_to_staff(
 
     assert api.get(url).status_code == 404
     assert api.get(f"{url}events/").status_code == 404
+    assert api.post(f"{url}exec/", {"command": ["id"]}, format="json").status_code == 404
     assert api.delete(url).status_code == 404
     theirs.refresh_from_db()
     assert theirs.status == WorkerStatus.PENDING
@@ -407,3 +408,14 @@ def test_a_worker_whose_environment_was_deleted_shows_none(
     shown = api.get(f"/api/workers/{worker.public_id}/").json()
 
     assert (shown["cluster"], shown["environment"]) == ("test-slurm", None)
+
+
+def test_a_command_on_a_worker_that_is_not_connected_is_refused_with_409(
+    api: APIClient, user: AbstractUser, request_worker: RequestWorker
+) -> None:
+    worker = request_worker(user)
+    url = f"/api/workers/{worker.public_id}/exec/"
+    response = api.post(url, {"command": ["hostname"]}, format="json")
+    assert response.status_code == 409
+    assert "not connected" in response.json()["detail"]
+    assert api.post(url, {"command": []}, format="json").json()["field"] == "command"

@@ -21,7 +21,7 @@ def platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
 
 
 @pytest.fixture
-def slurm_environment(transactional_db: None, make_cluster, ssh_target: SshTarget) -> Environment:  # type: ignore[no-untyped-def]
+def slurm_environment(transactional_db: None, make_cluster, ssh_target: SshTarget) -> Environment:
     cluster: Cluster = make_cluster()
     environment = Environment.objects.create(
         cluster=cluster, name="compute", partition=ssh_target.partition

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.live]
 PW = Path(sys.executable).with_name("pw")
 
 
-def pw_runner(platform: Platform, user: User, tmp_path: Path):  # type: ignore[no-untyped-def]
+def pw_runner(platform: Platform, user: User, tmp_path: Path):
     _, key = ApiKey.issue(user)
     env = {
         "PATH": os.environ["PATH"],

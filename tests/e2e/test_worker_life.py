@@ -26,7 +26,7 @@ def status_of(worker: Worker) -> str:
     return worker.status
 
 
-def request(environment: Environment, user, **params: str) -> Worker:  # type: ignore[no-untyped-def]
+def request(environment: Environment, user, **params: str) -> Worker:
     return services.request_worker(
         owner=user,
         cluster=environment.cluster.name,
@@ -46,7 +46,7 @@ def test_a_worker_connects_and_a_silent_node_is_stopped_within_the_heartbeat_tim
     platform: Platform,
     slurm_environment: Environment,
     user,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     worker = request(slurm_environment, user)
     seen = {wait_status(worker, {S.QUEUED, S.STARTING, S.CONNECTED}, 60, platform)}
@@ -70,7 +70,7 @@ def test_a_worker_connects_and_a_silent_node_is_stopped_within_the_heartbeat_tim
 def test_flushing_redis_stops_no_connected_worker(
     platform: Platform,
     slurm_environment: Environment,
-    user,  # type: ignore[no-untyped-def]
+    user,
 ) -> None:
     workers = [request(slurm_environment, user) for _ in range(2)]
     for worker in workers:
@@ -90,7 +90,7 @@ def test_a_job_that_reaches_its_wall_time_shows_timeout(
     platform: Platform,
     slurm_environment: Environment,
     user,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     worker = request(slurm_environment, user, walltime="00:01:00")
     wait_status(worker, {S.CONNECTED}, 90, platform)
@@ -104,7 +104,7 @@ def test_deleting_a_worker_in_each_status_leaves_no_job(
     platform: Platform,
     slurm_environment: Environment,
     user,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     connected = request(slurm_environment, user)
     wait_status(connected, {S.CONNECTED}, 90, platform)

@@ -105,7 +105,7 @@ def test_a_malformed_hostname_is_refused(client: Client, hostname: str) -> None:
 @pytest.mark.django_db
 def test_when_the_worker_has_ended_then_the_agent_is_told_to_go(
     client: Client,
-    django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
+    django_capture_on_commit_callbacks,
 ) -> None:
     worker, secret = queued_worker_with_secret()
     post(client, "connect", secret, {"worker": worker.public_id, "hostname": "n1"})

@@ -32,7 +32,7 @@ def squeue_ids(target: SshTarget, name: str) -> list[str]:
 
 
 @pytest.fixture
-def environment(db: None, make_cluster, ssh_target: SshTarget) -> Iterator[Environment]:  # type: ignore[no-untyped-def]
+def environment(db: None, make_cluster, ssh_target: SshTarget) -> Iterator[Environment]:
     cluster: Cluster = make_cluster()
     env = Environment.objects.create(
         cluster=cluster, name="compute", partition=ssh_target.partition
@@ -52,7 +52,7 @@ def environment(db: None, make_cluster, ssh_target: SshTarget) -> Iterator[Envir
 
 
 @pytest.fixture
-def new_worker(environment: Environment):  # type: ignore[no-untyped-def]
+def new_worker(environment: Environment):
     def make(**params: str) -> Worker:
         return services.request_worker(
             owner=UserFactory(),

@@ -6,6 +6,7 @@ import subprocess
 import time
 
 import pytest
+from django.utils import timezone
 
 from tests.conftest import SshTarget
 from tests.jobs.conftest import sbatch_as, squeue_ids
@@ -31,7 +32,7 @@ def poll_until(worker: Worker, wanted: set[str], timeout: float = 60) -> None:
 
 def test_a_worker_is_submitted_then_seen_running_then_its_deletion_empties_squeue(
     new_worker,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     worker = new_worker()
     assert jobs.submit_worker(worker.pk).startswith("submitted as job")
@@ -58,7 +59,7 @@ def test_a_worker_is_submitted_then_seen_running_then_its_deletion_empties_squeu
 
 def test_a_job_created_by_an_earlier_attempt_is_adopted_not_duplicated(
     new_worker,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     worker = new_worker()
     earlier = sbatch_as(ssh_target, worker.job_name)
@@ -74,7 +75,7 @@ def test_a_job_created_by_an_earlier_attempt_is_adopted_not_duplicated(
 def test_with_200_live_workers_one_poll_runs_one_status_command(
     new_worker,
     environment,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     workers = [new_worker() for _ in range(200)]
     names = " ".join(w.job_name for w in workers)
@@ -99,7 +100,7 @@ def test_with_200_live_workers_one_poll_runs_one_status_command(
 def test_a_failed_poll_changes_no_worker(
     new_worker,
     environment,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     worker = new_worker()
     jobs.submit_worker(worker.pk)
@@ -118,32 +119,39 @@ def test_a_failed_poll_changes_no_worker(
     assert jobs.poll_cluster(environment.cluster_id) == 1
 
 
-def test_an_unreachable_cluster_keeps_workers_pending_then_sends_them_when_it_answers(
-    new_worker,
-    environment,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+def test_while_the_ssh_server_is_down_workers_stay_pending_then_are_sent_when_it_returns(
+    new_worker, environment, ssh_target: SshTarget
 ) -> None:
     cluster: Cluster = environment.cluster
-    Cluster.objects.filter(pk=cluster.pk).update(port=2299)
-    worker = new_worker()
-    assert jobs.submit_worker(worker.pk).startswith("cluster unreachable")
-    worker.refresh_from_db()
-    cluster.refresh_from_db()
-    assert worker.status == S.PENDING
-    assert worker.status_reason.startswith(f"Waiting for cluster {cluster.name}")
-    assert cluster.reachability == Reachability.OFFLINE
-    Cluster.objects.filter(pk=cluster.pk).update(port=ssh_target.port)
     assert jobs.probe_cluster(cluster.pk)
-    worker.refresh_from_db()
-    assert worker.next_attempt_at is not None
-    assert jobs.submit_worker(worker.pk).startswith("submitted")
+    subprocess.run(["bash", "scripts/testcluster.sh", "stop-sshd"], check=True, timeout=60)
+    try:
+        workers = [new_worker(), new_worker()]
+        for worker in workers:
+            assert jobs.submit_worker(worker.pk).startswith("cluster unreachable")
+            worker.refresh_from_db()
+            assert worker.status == S.PENDING
+            assert worker.status_reason.startswith(f"Waiting for cluster {cluster.name}")
+        cluster.refresh_from_db()
+        assert cluster.reachability == Reachability.OFFLINE
+        assert not jobs.probe_cluster(cluster.pk)
+    finally:
+        subprocess.run(["bash", "scripts/testcluster.sh", "start-sshd"], check=True, timeout=60)
+    assert jobs.probe_cluster(cluster.pk)
     cluster.refresh_from_db()
     assert cluster.reachability == Reachability.ONLINE
+    for worker in workers:
+        worker.refresh_from_db()
+        assert worker.next_attempt_at is not None and worker.next_attempt_at <= timezone.now()
+        assert jobs.submit_worker(worker.pk).startswith("submitted")
+        assert squeue_ids(ssh_target, worker.job_name) == [
+            Worker.objects.get(pk=worker.pk).scheduler_job_id
+        ]
 
 
 def test_a_job_refused_by_the_scheduler_fails_the_worker_with_its_reason(
     new_worker,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     worker = new_worker(directives="--mem=99999999")
     assert jobs.submit_worker(worker.pk) == "refused"
@@ -156,7 +164,7 @@ def test_a_job_refused_by_the_scheduler_fails_the_worker_with_its_reason(
 
 def test_a_job_that_ends_before_connecting_ends_the_worker_with_the_schedulers_reason(
     new_worker,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     worker = new_worker()
     jobs.submit_worker(worker.pk)
@@ -169,7 +177,7 @@ def test_a_job_that_ends_before_connecting_ends_the_worker_with_the_schedulers_r
 def test_reconcile_cancels_platform_jobs_that_belong_to_no_live_worker(
     new_worker,
     environment,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     live = new_worker()
     jobs.submit_worker(live.pk)
@@ -187,7 +195,7 @@ def test_reconcile_cancels_platform_jobs_that_belong_to_no_live_worker(
 
 def test_probe_detects_partitions_as_environments_with_node_counts(
     make_cluster,
-    ssh_target: SshTarget,  # type: ignore[no-untyped-def]
+    ssh_target: SshTarget,
 ) -> None:
     cluster = make_cluster(name="probed")
     assert jobs.probe_cluster(cluster.pk)
@@ -203,7 +211,7 @@ def test_probe_detects_partitions_as_environments_with_node_counts(
 
 
 def test_a_command_runs_on_a_connected_workers_node_inside_its_job(
-    new_worker, ssh_target: SshTarget  # type: ignore[no-untyped-def]
+    new_worker, ssh_target: SshTarget
 ) -> None:
     import socket
 

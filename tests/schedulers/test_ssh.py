@@ -212,7 +212,7 @@ def test_fingerprint_refuses_malformed_keys(line: str) -> None:
 # -- one connection per cluster and process -------------------------------------------------
 
 
-def test_connection_for_reuses_until_the_cluster_changes(make_cluster, ssh_target) -> None:  # type: ignore[no-untyped-def]
+def test_connection_for_reuses_until_the_cluster_changes(make_cluster, ssh_target) -> None:
     cluster = make_cluster()
     first = connection_for(cluster)
     assert connection_for(cluster) is first
@@ -230,7 +230,7 @@ def test_connection_for_reuses_until_the_cluster_changes(make_cluster, ssh_targe
     assert connection_for(other) is not second
 
 
-def test_connection_for_a_new_host_key_is_a_new_connection(make_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_connection_for_a_new_host_key_is_a_new_connection(make_cluster) -> None:
     cluster = make_cluster()
     first = connection_for(cluster)
     cluster.host_key = public_line(ed25519.Ed25519PrivateKey.generate())
@@ -241,7 +241,7 @@ def test_connection_for_a_new_host_key_is_a_new_connection(make_cluster) -> None
         second.run(["true"])
 
 
-def test_a_forked_child_starts_without_the_parents_connections(make_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_a_forked_child_starts_without_the_parents_connections(make_cluster) -> None:
     cluster = make_cluster()
     parent = connection_for(cluster)
     parent.run(["true"])
