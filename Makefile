@@ -38,11 +38,14 @@ pytest: venv
 
 test: venv services cluster lint typecheck pytest
 
+# Benchmarks and drills own their database and Redis number: they delete the workers in them.
 bench: venv services cluster
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m bench
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/activate_bench REDIS_URL=redis://127.0.0.1:6379/5 \
+		$(BIN)/python -m bench
 
 drills: venv services cluster
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python -m drills
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/activate_drills REDIS_URL=redis://127.0.0.1:6379/6 \
+		$(BIN)/python -m drills
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,146 @@
+"""Detection: from an agent's death to its worker's `stopped`, against the configured timeout.
+
+Real workers run on the real Slurm with their agents heartbeating the running platform (short
+knobs: beat every 1 s, timeout 6 s, sweep every 1 s). Each agent is frozen with SIGSTOP (the
+node "disappears" while its job keeps the allocation); the time to `stopped` is read from the
+worker's event row, written by the sweep that noticed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+from bench.harness import (
+    JOB_NAME_PREFIX,
+    RUN_ENVIRONMENT,
+    HarnessError,
+    TestCluster,
+    bench_user,
+    ensure_environments,
+    forget_workers,
+    register_cluster,
+    wait_until,
+)
+from bench.platform_processes import BenchPlatform
+from bench.report import Goal, Outcome, Table, percentile, seconds
+from tests.e2e.helpers import agent_pids
+from tests.e2e.platform import FAST_KNOBS
+
+NAME = "detection"
+# A sweep task is due every SWEEP_INTERVAL; this much more lets Celery pick it up and run it.
+TASK_SLACK = 1.0
+
+
+def run(target: TestCluster, *, workers: int = 5) -> Outcome:
+    from workers_app import services
+    from workers_app.models import Worker, WorkerEvent
+    from workers_app.statuses import WorkerStatus
+
+    S = WorkerStatus
+    forget_workers()
+    cluster = register_cluster(target)
+    ensure_environments(cluster, target.partition)
+    owner = bench_user()
+    platform = BenchPlatform(workdir=Path(tempfile.mkdtemp(prefix="bench-detect-")))
+    interval = float(FAST_KNOBS["ACTIVATE_HEARTBEAT_INTERVAL"])
+    timeout = float(FAST_KNOBS["ACTIVATE_HEARTBEAT_TIMEOUT"])
+    sweep = float(FAST_KNOBS["ACTIVATE_SWEEP_INTERVAL"])
+    frozen: dict[int, list[int]] = {}
+    try:
+        platform.start_everything()
+        made = [
+            services.request_worker(owner=owner, cluster=cluster.name, environment=RUN_ENVIRONMENT)
+            for _ in range(workers)
+        ]
+        ids = [w.pk for w in made]
+        if not wait_until(
+            lambda: Worker.objects.filter(pk__in=ids, status=S.CONNECTED).count() == workers,
+            timeout=180,
+        ):
+            raise HarnessError(f"workers did not connect\n{platform.logs()}")
+        time.sleep(3 * interval)
+        frozen_at: dict[int, float] = {}
+        chooser = random.Random()
+        for worker in made:
+            # Deaths land anywhere in the beat cycle.
+            time.sleep(chooser.uniform(0, interval))
+            frozen[worker.pk] = agent_pids(worker.public_id)
+            if not frozen[worker.pk]:
+                raise HarnessError(f"no agent process found for {worker.public_id}")
+            for pid in frozen[worker.pk]:
+                os.kill(pid, signal.SIGSTOP)
+            frozen_at[worker.pk] = time.time()
+        wait_until(
+            lambda: Worker.objects.filter(pk__in=ids, status=S.STOPPED).count() == workers,
+            timeout=timeout + 60,
+        )
+        detected: list[float] = []
+        reasons = set()
+        for worker in Worker.objects.filter(pk__in=ids):
+            event = WorkerEvent.objects.filter(worker=worker, new_status=S.STOPPED).first()
+            if event is None:
+                raise HarnessError(f"worker {worker.public_id} was not stopped ({worker.status})")
+            reasons.add(event.reason)
+            detected.append(_epoch(event.at) - frozen_at[worker.pk])
+    finally:
+        for pids in frozen.values():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        names = [
+            f"{JOB_NAME_PREFIX}{p}" for p in Worker.objects.values_list("public_id", flat=True)
+        ]
+        wait_until(lambda: not set(names) & set(target.job_names()), timeout=60)
+        platform.stop_all()
+        target.cancel_names(names)
+        forget_workers()
+    return _outcome(detected, reasons, interval, timeout, sweep)
+
+
+def _epoch(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def _outcome(
+    detected: list[float], reasons: set[str], interval: float, timeout: float, sweep: float
+) -> Outcome:
+    low, high = timeout - interval, timeout + sweep + TASK_SLACK
+    table = Table(
+        "Detection: agent frozen (SIGSTOP) -> worker stopped",
+        ["workers", "min", "p50", "max", "heartbeat timeout", "window expected", "all inside"],
+    )
+    inside = all(low <= d <= high for d in detected)
+    table.add(
+        len(detected),
+        seconds(min(detected)),
+        seconds(percentile(detected, 50)),
+        seconds(max(detected)),
+        seconds(timeout),
+        f"{low:g}-{high:g} s",
+        "yes" if inside else "NO",
+    )
+    table.notes += [
+        f"knobs: heartbeat every {interval:g} s, timeout {timeout:g} s, sweep every {sweep:g} s; "
+        f"the last beat before a death is up to one interval old (so >= {low:g} s), and the "
+        f"sweep runs at most {sweep:g} s after the key expires, plus {TASK_SLACK:g} s for Celery "
+        "to start the task.",
+        "all detections: " + ", ".join(seconds(d) for d in sorted(detected)),
+        "reasons recorded: " + "; ".join(sorted(reasons)),
+    ]
+    goals = [
+        Goal(
+            NAME,
+            f"every death seen within timeout + sweep interval (+{TASK_SLACK:g} s task start)",
+            f"max {seconds(max(detected))} for a {timeout:g} s timeout",
+            max(detected) <= high,
+        )
+    ]
+    return Outcome([table], goals)

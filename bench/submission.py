@@ -1,0 +1,424 @@
+"""Submission: 200 workers through the running platform against sbatch loops.
+
+The platform side is real processes (gunicorn, a Celery worker, beat): the clock starts at the
+first POST /api/workers/ and stops when the last of the workers' jobs is seen in squeue. The
+alternatives submit the same job script: through a new `ssh host sbatch` each time (the usual
+portal way), and with local sbatch as the cluster account (the limit). Jobs are held, so 200 of
+them do not swamp the node, and every job is cancelled at the end.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench.harness import (
+    CLUSTER_NAME,
+    HELD_ENVIRONMENT,
+    JOB_NAME_PREFIX,
+    HarnessError,
+    TestCluster,
+    bench_user,
+    ensure_environments,
+    forget_workers,
+    register_cluster,
+    run_id,
+    sshd_connections,
+    wait_until,
+)
+from bench.platform_processes import PRODUCTION_KNOBS, BenchPlatform
+from bench.report import Goal, Outcome, Table, millis, percentile, seconds, times
+
+NAME = "submission"
+
+
+@dataclass
+class Way:
+    label: str
+    jobs: int
+    elapsed: float
+    connections: int
+    commands_per_job: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def per_second(self) -> float:
+        return self.jobs / self.elapsed
+
+
+class SqueueWatcher:
+    """Notes when each job name first shows in squeue (all states), polling in a thread."""
+
+    def __init__(self, target: TestCluster, interval: float = 0.05) -> None:
+        self.target = target
+        self.interval = interval
+        self.first_seen: dict[str, float] = {}
+        self.scans: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> SqueueWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                names = self.target.job_names(all_states=True)
+            except subprocess.SubprocessError:
+                names = []
+            seen_at = time.monotonic()
+            self.scans.append(seen_at - started)
+            for name in names:
+                self.first_seen.setdefault(name, seen_at)
+            self._stop.wait(self.interval)
+
+
+def job_script() -> str:
+    """The script the platform sends for a worker of the held environment (agent included)."""
+    from workers_app.agent_service import new_agent_secret
+    from workers_app.jobs import job_script as render
+    from workers_app.models import Cluster, Environment, Worker
+    from workers_app.params import validate_params
+    from workers_app.schedulers import adapter_for
+
+    cluster = Cluster.objects.get(name=CLUSTER_NAME)
+    environment = Environment.objects.get(cluster=cluster, name=HELD_ENVIRONMENT)
+    adapter = adapter_for(cluster)
+    params = validate_params(environment, {}, directive_pattern=adapter.directive_pattern)
+    worker = Worker(cluster=cluster, environment=environment, params=params)
+    return render(adapter, worker, new_agent_secret()[0])
+
+
+def _local_loop(target: TestCluster, script: str, names: list[str]) -> tuple[Way, list[str]]:
+    with tempfile.TemporaryDirectory(prefix="bench-sbatch-") as tmp:
+        path = Path(tmp) / "job.sh"
+        path.write_text(script)
+        Path(tmp).chmod(0o755)
+        path.chmod(0o644)
+        lines = "".join(f"sbatch --parsable --job-name={name} < {path}\n" for name in names)
+        connections = sshd_connections()
+        started = time.perf_counter()
+        result = subprocess.run(
+            target.as_user("bash", "-s"),
+            input=lines,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        elapsed = time.perf_counter() - started
+    ids = [line.split(";")[0] for line in result.stdout.split()]
+    if result.returncode != 0 or len(ids) != len(names):
+        target.cancel_ids(ids)
+        raise HarnessError(f"local sbatch loop failed: {result.stderr.strip()[:300]}")
+    way = Way(
+        "local sbatch loop (the limit)", len(names), elapsed, sshd_connections() - connections, "1"
+    )
+    return way, ids
+
+
+def _ssh_loop(target: TestCluster, script: str, names: list[str]) -> tuple[Way, list[str]]:
+    ids: list[str] = []
+    connections = sshd_connections()
+    started = time.perf_counter()
+    for name in names:
+        result = subprocess.run(
+            target.ssh_argv("sbatch", "--parsable", f"--job-name={name}"),
+            input=script,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if result.returncode != 0:
+            target.cancel_ids(ids)
+            raise HarnessError(f"ssh sbatch failed: {result.stderr.strip()[:300]}")
+        ids.append(result.stdout.strip().split(";")[0])
+    elapsed = time.perf_counter() - started
+    opened = sshd_connections() - connections
+    return Way("`ssh host sbatch` loop, new connection each", len(names), elapsed, opened, "1"), ids
+
+
+@dataclass
+class SubmitCost:
+    empty_command: float
+    commands_per_submit: float
+    find_job: float
+    sbatch: float
+    submit_worker: float
+
+
+def _submit_cost(target: TestCluster, script: str, tag: str, count: int) -> SubmitCost:
+    """In-process, over the kept connection: the name lookup, sbatch, and a whole submission."""
+    from workers_app.jobs import submit_worker
+    from workers_app.models import Cluster, Environment, Worker
+    from workers_app.schedulers import adapter_for
+    from workers_app.schedulers.ssh import commands_run_total
+
+    cluster = Cluster.objects.get(name=CLUSTER_NAME)
+    adapter = adapter_for(cluster)
+    adapter.find_job(f"{tag}-warm")  # opens the connection
+    ids: list[str] = []
+    try:
+        started = time.perf_counter()
+        for _ in range(count):
+            adapter.runner.run(["true"])
+        empty = (time.perf_counter() - started) / count
+        started = time.perf_counter()
+        for i in range(count):
+            adapter.find_job(f"{tag}-absent-{i}")
+        find_job = (time.perf_counter() - started) / count
+        started = time.perf_counter()
+        for i in range(count):
+            ids.append(adapter.submit(script.replace(JOB_NAME_PREFIX, f"{tag}-direct-{i}-", 1)))
+        sbatch = (time.perf_counter() - started) / count
+        environment = Environment.objects.get(cluster=cluster, name=HELD_ENVIRONMENT)
+        workers = [
+            Worker.objects.create(
+                name=f"{tag}-{i}",
+                owner=bench_user(),
+                cluster=cluster,
+                environment=environment,
+                params={"walltime": "00:10:00", "directives": "--hold"},
+            )
+            for i in range(count)
+        ]
+        before = commands_run_total()
+        started = time.perf_counter()
+        for worker in workers:
+            outcome = submit_worker(worker.pk)
+            if not outcome.startswith("submitted"):
+                raise HarnessError(f"in-process submission failed: {outcome}")
+        whole = (time.perf_counter() - started) / count
+        commands = (commands_run_total() - before) / count
+        for worker in workers:
+            worker.refresh_from_db()
+            ids.append(worker.scheduler_job_id)
+    finally:
+        target.cancel_ids(ids)
+        forget_workers()
+    return SubmitCost(empty, commands, find_job, sbatch, whole)
+
+
+def _platform(
+    target: TestCluster, count: int, *, celery_concurrency: int, post_concurrency: int
+) -> tuple[Way, list[float]]:
+    from workers_app.models import ApiKey, Worker
+    from workers_app.statuses import WorkerStatus
+
+    user = bench_user()
+    _, key = ApiKey.issue(user, name="bench")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-submit-"))
+    knobs = dict(PRODUCTION_KNOBS, ACTIVATE_CELERY_CONCURRENCY=str(celery_concurrency))
+    platform = BenchPlatform(workdir=workdir, knobs=knobs)
+    body = {"cluster": CLUSTER_NAME, "environment": HELD_ENVIRONMENT, "params": {}}
+    local = threading.local()
+
+    def client() -> httpx.Client:
+        if not hasattr(local, "client"):
+            local.client = platform.api(key)
+        made: httpx.Client = local.client
+        return made
+
+    def post(_: int) -> tuple[str, float]:
+        started = time.perf_counter()
+        response = client().post("/api/workers/", json=body)
+        if response.status_code != 201:
+            raise HarnessError(f"POST /api/workers/ answered {response.status_code}")
+        return response.json()["id"], time.perf_counter() - started
+
+    try:
+        platform.start_deployed_web(workers=2, threads=4)
+        platform.start_worker()
+        platform.start_beat()
+        # Warm-up: every Celery process opens its kept SSH connection, as in steady state.
+        with ThreadPoolExecutor(post_concurrency) as pool:
+            list(pool.map(post, range(2 * celery_concurrency)))
+        wait_until(
+            lambda: not Worker.objects.filter(status=WorkerStatus.PENDING).exists(), timeout=120
+        )
+        warm = list(Worker.objects.values_list("public_id", flat=True))
+        with platform.api(key) as api:
+            for public_id in warm:
+                api.delete(f"/api/workers/{public_id}/")
+        _wait_all_finished(timeout=120)
+
+        connections = sshd_connections()
+        with SqueueWatcher(target) as watcher, ThreadPoolExecutor(post_concurrency) as pool:
+            started = time.monotonic()
+            answers = list(pool.map(post, range(count)))
+            posted = time.monotonic() - started
+            names = {f"{JOB_NAME_PREFIX}{public_id}" for public_id, _ in answers}
+            if not wait_until(lambda: names <= watcher.first_seen.keys(), timeout=300):
+                missing = len(names - watcher.first_seen.keys())
+                raise HarnessError(f"{missing} of {count} jobs never showed in squeue")
+            elapsed = max(watcher.first_seen[name] for name in names) - started
+            scan = statistics.median(watcher.scans)
+        opened = sshd_connections() - connections
+        counts = _job_counts(target, names)
+        duplicated = sum(1 for n in counts.values() if n > 1)
+        way = Way(
+            "platform: POST /api/workers/ -> Celery -> kept SSH",
+            count,
+            elapsed,
+            opened,
+            "",
+            notes=[
+                f"POSTs: {count} from {post_concurrency} client threads took {seconds(posted)}",
+                f"web: gunicorn as scripts/start.sh web runs it (2 workers x 4 threads, "
+                f"production settings); Celery worker concurrency {celery_concurrency}; "
+                f"{2 * celery_concurrency} warm-up workers submitted first so each Celery "
+                "process has its kept SSH connection open, as in steady state",
+                "new SSH connections: counted in the test sshd's log over each way's run",
+                f"the end is seen by polling squeue every {watcher.interval:g} s "
+                f"(median scan {millis(scan)}): up to that much late",
+                f"jobs per worker in squeue --states=all: duplicated {duplicated}, "
+                f"missing {sum(1 for n in counts.values() if n == 0)}",
+            ],
+        )
+        latencies = [latency for _, latency in answers]
+        public_ids = [public_id for public_id, _ in answers]
+        with platform.api(key) as api, ThreadPoolExecutor(post_concurrency) as pool:
+            list(pool.map(lambda p: api.delete(f"/api/workers/{p}/"), public_ids))
+        _wait_all_finished(timeout=180)
+        return way, latencies
+    finally:
+        platform.stop_all()
+        names = {
+            f"{JOB_NAME_PREFIX}{p}" for p in Worker.objects.values_list("public_id", flat=True)
+        }
+        target.cancel_names(names)
+        forget_workers()
+        ApiKey.objects.filter(user=user).delete()
+
+
+def _wait_all_finished(*, timeout: float) -> bool:
+    from workers_app.models import Worker
+    from workers_app.statuses import LIVE
+
+    return wait_until(lambda: not Worker.objects.filter(status__in=LIVE).exists(), timeout=timeout)
+
+
+def _job_counts(target: TestCluster, names: set[str]) -> dict[str, int]:
+    counts = dict.fromkeys(names, 0)
+    for name in target.job_names(all_states=True):
+        if name in counts:
+            counts[name] += 1
+    return counts
+
+
+def run(
+    target: TestCluster,
+    *,
+    count: int = 200,
+    celery_concurrency: int = 4,
+    post_concurrency: int = 8,
+    cost_samples: int = 20,
+) -> Outcome:
+    forget_workers()
+    cluster = register_cluster(target)
+    ensure_environments(cluster, target.partition)
+    script = job_script()
+    tag = f"bench-sub-{run_id()}"
+    cost = _submit_cost(target, script, f"{tag}-cost", cost_samples)
+    local, ids = _local_loop(target, script, [f"{tag}-local-{i}" for i in range(count)])
+    target.cancel_ids(ids)
+    print(f"  local sbatch loop: {local.elapsed:.2f} s", flush=True)
+    ssh, ids = _ssh_loop(target, script, [f"{tag}-ssh-{i}" for i in range(count)])
+    target.cancel_ids(ids)
+    print(f"  ssh sbatch loop: {ssh.elapsed:.2f} s", flush=True)
+    ours, latencies = _platform(
+        target, count, celery_concurrency=celery_concurrency, post_concurrency=post_concurrency
+    )
+    print(f"  platform: {ours.elapsed:.2f} s", flush=True)
+    return _outcome(ours, ssh, local, latencies, cost, len(script))
+
+
+def _compare(ours: float, other: float) -> str:
+    if ours <= other:
+        return f"{times(other / ours)} faster"
+    return f"{times(ours / other)} slower"
+
+
+def _outcome(
+    ours: Way, ssh: Way, local: Way, latencies: list[float], cost: SubmitCost, script_size: int
+) -> Outcome:
+    table = Table(
+        f"Submission: {ours.jobs} held jobs, from the first request to the last job in squeue",
+        [
+            "way",
+            "jobs",
+            "time",
+            "jobs/s",
+            "new SSH connections",
+            "commands per job",
+            "the platform is",
+        ],
+        align="lrrrrrr",
+    )
+    ours.commands_per_job = f"{cost.commands_per_submit:g} (squeue --name, sbatch)"
+    for way in (ours, ssh, local):
+        table.add(
+            way.label,
+            way.jobs,
+            seconds(way.elapsed),
+            f"{way.per_second:.1f}",
+            way.connections,
+            way.commands_per_job,
+            "-" if way is ours else _compare(ours.elapsed, way.elapsed),
+        )
+    table.notes += ours.notes
+    table.notes += [
+        f"POST /api/workers/ latency: p50 {millis(percentile(latencies, 50))}, "
+        f"p95 {millis(percentile(latencies, 95))}",
+        f"every way submits the same {script_size}-byte script (the platform's, agent "
+        "included), with --hold; the loops run one sbatch after the other.",
+    ]
+    costs = Table(
+        "What one submission costs over the kept SSH connection (in-process, serial)",
+        ["step", "mean time"],
+    )
+    costs.add(
+        "an empty command (`true`): one channel on the kept connection", millis(cost.empty_command)
+    )
+    costs.add("name lookup for idempotency (`squeue --name`, find_job)", millis(cost.find_job))
+    costs.add("`sbatch --parsable` with the script on stdin", millis(cost.sbatch))
+    costs.add(
+        f"whole jobs.submit_worker ({cost.commands_per_submit:g} commands measured)",
+        millis(cost.submit_worker),
+    )
+    costs.add("local sbatch, per job (from the local loop)", millis(local.elapsed / local.jobs))
+    costs.notes.append(
+        "the lookup lets a redelivered task or a timed-out sbatch adopt the existing job "
+        "instead of making a second one; its share of a submission is "
+        f"{cost.find_job / cost.submit_worker:.0%}."
+    )
+    goals = [
+        Goal(
+            NAME,
+            "faster than the `ssh host sbatch` loop",
+            times(ssh.elapsed / ours.elapsed),
+            ours.elapsed < ssh.elapsed,
+        ),
+        Goal(
+            NAME,
+            "within 2x of the local sbatch loop",
+            f"{ours.elapsed / local.elapsed:.2f}x local's time",
+            ours.elapsed <= 2 * local.elapsed,
+        ),
+    ]
+    return Outcome([table, costs], goals)

@@ -1,0 +1,87 @@
+"""SIGKILL the Celery worker during submissions, many times: every worker ends with exactly one
+job; none lost, none duplicated.
+
+Each round requests a burst of (held) workers and, while their submissions hold their locks
+(between the name lookup, sbatch and recording the job), kills either the whole worker (main
+process and its prefork children) or one child in the middle of its task. Killed tasks come
+back (acks_late: redelivered after the visibility timeout; a lost child's task is rejected and
+requeued) and the dispatch sweep resends pending workers whose lease ran out.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+
+from bench.harness import HELD_ENVIRONMENT, TestCluster, wait_until
+from drills.harness import Drill, DrillResult, pause, submissions_in_progress
+
+NAME = "SIGKILL the Celery worker during submissions"
+
+
+def run(target: TestCluster, *, kills: int = 8, burst: int = 6) -> DrillResult:
+    from workers_app.models import WorkerEvent
+    from workers_app.statuses import WorkerStatus
+
+    S = WorkerStatus
+    chooser = random.Random()
+    with Drill("celery-kill", target, title=NAME) as drill:
+        platform = drill.platform
+        platform.start_web()
+        platform.start_worker()
+        platform.start_beat()
+        kinds = {"whole worker": 0, "one prefork child": 0}
+        for round_number in range(kills):
+            made = drill.request(HELD_ENVIRONMENT, burst)
+            # Kill while submissions hold their locks: between lookup, sbatch and recording.
+            wait_until(_submitting({w.pk for w in made}), timeout=30, interval=0.005)
+            pause(chooser.uniform(0, 0.1))
+            children = platform.child_pids("worker")
+            if round_number % 2 == 0 or not children:
+                platform.kill("worker")
+                platform.start_worker()
+                kinds["whole worker"] += 1
+            else:
+                os.kill(chooser.choice(children), signal.SIGKILL)
+                kinds["one prefork child"] += 1
+        drill.result.repetitions = kills
+        workers = drill.workers()
+        started = time.monotonic()
+        # Lost tasks come back after the lease (dispatch) or the visibility timeout.
+        settle = drill.knob("ACTIVATE_TASK_VISIBILITY_TIMEOUT") + 60
+        settled = drill.wait_status(workers, {S.QUEUED}, timeout=settle)
+        took = time.monotonic() - started
+        statuses = drill.statuses(workers)
+        not_queued = {p: s for p, s in statuses.items() if s != S.QUEUED}
+        drill.check(settled, f"not all workers reached queued within {settle:g} s: {not_queued}")
+        counts = drill.job_counts(workers)
+        lost = [name for name, n in counts.items() if n == 0]
+        doubled = {name: n for name, n in counts.items() if n > 1}
+        drill.check(not lost, f"workers without a job: {lost}")
+        drill.check(not doubled, f"workers with more than one job: {doubled}")
+        for worker in workers:
+            worker.refresh_from_db()
+            listed = drill.job_ids(worker)
+            if listed and worker.scheduler_job_id:
+                drill.check(
+                    listed == [worker.scheduler_job_id],
+                    f"{worker.public_id} records {worker.scheduler_job_id}, squeue has {listed}",
+                )
+        adopted = WorkerEvent.objects.filter(
+            worker__in=workers, reason__contains="already submitted; adopted"
+        ).count()
+        lost_tasks = drill.log_count("WorkerLostError(")
+        drill.note(
+            f"{len(workers)} workers, {kinds['whole worker']} kills of the whole worker and "
+            f"{kinds['one prefork child']} of one child; all queued {took:.0f} s after the last "
+            f"kill; {lost_tasks} tasks killed mid-run in a child; {adopted} found their job "
+            "already made and adopted it (a kill between sbatch and recording)"
+        )
+        return drill.result
+
+
+def _submitting(ids: set[int]) -> Callable[[], bool]:
+    return lambda: bool(ids & submissions_in_progress())

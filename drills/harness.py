@@ -1,0 +1,220 @@
+"""What every drill shares: a running platform, workers requested through its API, checks.
+
+A drill records failed checks instead of stopping at the first, so its table row says
+everything that went wrong; whatever it stopped or started is restored in ``close``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench.harness import (
+    CLUSTER_NAME,
+    JOB_NAME_PREFIX,
+    HarnessError,
+    TestCluster,
+    bench_user,
+    ensure_environments,
+    forget_workers,
+    register_cluster,
+    wait_until,
+)
+from bench.platform_processes import NO_RECONCILE, BenchPlatform
+from tests.e2e.platform import FAST_KNOBS
+
+if TYPE_CHECKING:
+    from workers_app.models import Worker
+
+
+@dataclass
+class DrillResult:
+    drill: str
+    repetitions: int
+    failures: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+class Drill:
+    """One drill's platform, workers and verdict. Use as a context manager."""
+
+    def __init__(
+        self,
+        name: str,
+        target: TestCluster,
+        *,
+        title: str = "",
+        knobs: dict[str, str] | None = None,
+        redis_url: str = "",
+    ) -> None:
+        from workers_app.models import ApiKey
+
+        self.name = name
+        self.target = target
+        forget_workers()
+        self.cluster = register_cluster(target)
+        self.held, self.run = ensure_environments(self.cluster, target.partition)
+        self.owner = bench_user("drill")
+        ApiKey.objects.filter(user=self.owner).delete()
+        _, self.key = ApiKey.issue(self.owner, name=name)
+        self.knobs = {**FAST_KNOBS, **NO_RECONCILE, **(knobs or {})}
+        self.platform = BenchPlatform(
+            workdir=Path(tempfile.mkdtemp(prefix=f"drill-{name}-")),
+            knobs=self.knobs,
+            redis_url=redis_url,
+        )
+        self.result = DrillResult(title or name, 0)
+
+    def __enter__(self) -> Drill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- verdict ----------------------------------------------------------------------------
+
+    def check(self, ok: bool, message: str) -> bool:
+        if not ok:
+            self.result.failures.append(message)
+        return ok
+
+    def note(self, text: str) -> None:
+        self.result.details.append(text)
+
+    def log_count(self, text: str) -> int:
+        """Lines of the platform's logs (all processes, all restarts) that contain ``text``."""
+        return sum(
+            path.read_text(errors="replace").count(text)
+            for path in self.platform.workdir.glob("*.log")
+        )
+
+    def knob(self, name: str) -> float:
+        return float(self.knobs[name])
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def request(self, environment: str, count: int = 1) -> list[Worker]:
+        """Workers requested through POST /api/workers/, as a user would."""
+        from workers_app.models import Worker
+
+        ids = []
+        with self.platform.api(self.key) as api:
+            for _ in range(count):
+                answer = api.post(
+                    "/api/workers/",
+                    json={"cluster": CLUSTER_NAME, "environment": environment, "params": {}},
+                )
+                if answer.status_code != 201:
+                    raise HarnessError(f"POST /api/workers/ answered {answer.status_code}")
+                ids.append(answer.json()["id"])
+        return list(Worker.objects.filter(public_id__in=ids))
+
+    def delete(self, worker: Worker) -> int:
+        with self.platform.api(self.key) as api:
+            return api.delete(f"/api/workers/{worker.public_id}/").status_code
+
+    def workers(self) -> list[Worker]:
+        from workers_app.models import Worker
+
+        return list(Worker.objects.all().order_by("pk"))
+
+    def statuses(self, workers: Iterable[Worker]) -> dict[str, str]:
+        from workers_app.models import Worker
+
+        ids = [w.pk for w in workers]
+        return dict(Worker.objects.filter(pk__in=ids).values_list("public_id", "status"))
+
+    def wait_status(self, workers: list[Worker], wanted: set[str], timeout: float) -> bool:
+        from workers_app.models import Worker
+
+        ids = [w.pk for w in workers]
+        return wait_until(
+            lambda: Worker.objects.filter(pk__in=ids, status__in=wanted).count() == len(ids),
+            timeout=timeout,
+        )
+
+    def changes_since(self, moment: datetime, workers: Iterable[Worker]) -> list[str]:
+        """Status changes recorded for these workers since ``moment``, as readable lines."""
+        from django.db.models import F
+
+        from workers_app.models import WorkerEvent
+
+        events = (
+            WorkerEvent.objects.filter(worker__in=[w.pk for w in workers], at__gte=moment)
+            .exclude(old_status=F("new_status"))
+            .select_related("worker")
+        )
+        return [
+            f"{e.worker.public_id}: {e.old_status} -> {e.new_status} ({e.reason})" for e in events
+        ]
+
+    def job_counts(self, workers: Iterable[Worker], *, all_states: bool = True) -> dict[str, int]:
+        """Jobs per worker by name in squeue (with all_states, ended ones not yet purged too)."""
+        counts = {f"{JOB_NAME_PREFIX}{w.public_id}": 0 for w in workers}
+        for name in self.target.job_names(all_states=all_states):
+            if name in counts:
+                counts[name] += 1
+        return counts
+
+    def job_ids(self, worker: Worker) -> list[str]:
+        name = f"{JOB_NAME_PREFIX}{worker.public_id}"
+        return [i for i, n in self.target.jobs(all_states=True).items() if n == name]
+
+    # -- clean-up ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Delete every live worker, wait for their jobs to go, stop the platform."""
+        from workers_app import services
+        from workers_app.models import ApiKey, Worker
+        from workers_app.statuses import LIVE
+
+        names = [f"{JOB_NAME_PREFIX}{w.public_id}" for w in self.workers()]
+        try:
+            if "web" in self.platform.processes and "worker" in self.platform.processes:
+                for worker in Worker.objects.filter(status__in=LIVE):
+                    try:
+                        self.delete(worker)
+                    except Exception:
+                        services.delete_worker(worker)
+                wait_until(
+                    lambda: not set(names) & set(self.target.job_names()), timeout=60, interval=1
+                )
+        finally:
+            self.platform.stop_all()
+            self.target.cancel_names(names)
+            forget_workers()
+            ApiKey.objects.filter(user=self.owner).delete()
+
+
+def submissions_in_progress() -> set[int]:
+    """Workers whose submission holds its lock right now (workers_app.locks, PostgreSQL)."""
+    from django.db import connection
+
+    from workers_app.locks import LOCK_NAMESPACE
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND classid = %s AND objsubid = 2",
+            [LOCK_NAMESPACE],
+        )
+        return {int(row[0]) for row in cursor.fetchall()}
+
+
+def now() -> datetime:
+    from django.utils import timezone
+
+    return timezone.now()
+
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)

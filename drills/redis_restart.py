@@ -1,0 +1,130 @@
+"""Restart Redis with workers connected: none is stopped falsely; heartbeats resume.
+
+The drill runs its own redis-server (no persistence, so a restart loses every key: heartbeat
+keys, the epoch, queued tasks) and points the platform at it. Workers are requested and
+deleted through the API, so every task goes through that Redis.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import redis
+
+from bench.harness import RUN_ENVIRONMENT, HarnessError, TestCluster, wait_until
+from drills.harness import Drill, DrillResult, now, pause
+from tests.e2e.platform import free_port
+
+NAME = "Restart Redis with workers connected"
+
+
+class RedisServer:
+    """A redis-server this drill owns: started, killed and started again on one port."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        log = (self.workdir / "redis.log").open("ab")
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        if not wait_until(lambda: _pings(client), timeout=20):
+            raise HarnessError("the drill's redis-server did not start")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url, socket_timeout=5)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def run(
+    target: TestCluster, *, restarts: int = 3, workers: int = 3, down: float = 2
+) -> DrillResult:
+    from workers_app.statuses import WorkerStatus
+
+    S = WorkerStatus
+    server: RedisServer | None = None
+    try:
+        with Drill("redis-restart", target, title=NAME) as drill:
+            server = RedisServer(drill.platform.workdir)
+            server.start()
+            drill.platform.redis_url = server.url
+            drill.platform.start_web()
+            drill.platform.start_worker()
+            drill.platform.start_beat()
+            made = drill.request(RUN_ENVIRONMENT, workers)
+            if not drill.wait_status(made, {S.CONNECTED}, timeout=180):
+                raise HarnessError(f"workers did not connect: {drill.statuses(made)}")
+            interval = drill.knob("ACTIVATE_HEARTBEAT_INTERVAL")
+            timeout = drill.knob("ACTIVATE_HEARTBEAT_TIMEOUT")
+            sweep = drill.knob("ACTIVATE_SWEEP_INTERVAL")
+            for _ in range(restarts):
+                restarted_at = now()
+                server.kill()
+                pause(down)
+                server.start()
+                drill.result.repetitions += 1
+                # Past the heartbeat timeout and a few sweeps: a false stop would show by now.
+                pause(timeout + 3 * sweep)
+                changes = drill.changes_since(restarted_at, made)
+                drill.check(not changes, f"status changed after a Redis restart: {changes}")
+                client = server.client()
+                fresh = [
+                    w.public_id
+                    for w in made
+                    if client.pttl(f"activate:hb:{w.pk}") > (timeout - 2 * interval) * 1000
+                ]
+                silent = sorted({w.public_id for w in made} - set(fresh))
+                drill.check(not silent, f"heartbeats did not resume for {silent}")
+            for worker in made:
+                worker.refresh_from_db()
+            resumed = [
+                w for w in made if w.last_heartbeat_at and w.last_heartbeat_at >= restarted_at
+            ]
+            drill.note(
+                f"{len(made)} connected workers, Redis killed {restarts} times for {down:g} s "
+                f"(all keys lost each time); {len(resumed)} of {len(made)} wrote a heartbeat to "
+                f"the database after the last restart; none changed status within "
+                f"{timeout + 3 * sweep:g} s of each restart (timeout {timeout:g} s)"
+            )
+            result = drill.result
+    finally:
+        if server is not None:
+            server.kill()
+    return result

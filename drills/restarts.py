@@ -1,0 +1,64 @@
+"""Restart the web server and the Celery worker: no worker changes status; agents' heartbeats
+resume.
+
+A deploy's rolling restart: the web server (SIGTERM, then a new one), then the Celery worker,
+with workers connected (their agents beating) and others queued.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.harness import HELD_ENVIRONMENT, RUN_ENVIRONMENT, HarnessError, TestCluster
+from drills.harness import Drill, DrillResult, now, pause
+
+NAME = "Restart the web server and the Celery worker"
+
+
+def run(target: TestCluster, *, restarts: int = 3) -> DrillResult:
+    from workers_app.heartbeats import redis_client
+    from workers_app.statuses import WorkerStatus
+
+    S = WorkerStatus
+    with Drill("restarts", target, title=NAME) as drill:
+        platform = drill.platform
+        platform.start_web()
+        platform.start_worker()
+        platform.start_beat()
+        connected = drill.request(RUN_ENVIRONMENT, 3)
+        queued = drill.request(HELD_ENVIRONMENT, 2)
+        if not (
+            drill.wait_status(connected, {S.CONNECTED}, timeout=180)
+            and drill.wait_status(queued, {S.QUEUED}, timeout=90)
+        ):
+            raise HarnessError(f"workers did not settle: {drill.statuses(connected + queued)}")
+        interval = drill.knob("ACTIVATE_HEARTBEAT_INTERVAL")
+        timeout = drill.knob("ACTIVATE_HEARTBEAT_TIMEOUT")
+        web_down: list[float] = []
+        for _ in range(restarts):
+            began = now()
+            stopped = time.monotonic()
+            platform.stop("web")
+            platform.start_web()
+            web_down.append(time.monotonic() - stopped)
+            platform.stop("worker")
+            platform.start_worker()
+            drill.result.repetitions += 1
+            # Long enough for a false stop to show: the heartbeat timeout and a few sweeps more.
+            pause(timeout + 3 * drill.knob("ACTIVATE_SWEEP_INTERVAL"))
+            changes = drill.changes_since(began, connected + queued)
+            drill.check(not changes, f"status changed across a restart: {changes}")
+            # A key refreshed in the last two intervals means the agent beats the new server.
+            client = redis_client()
+            silent = [
+                w.public_id
+                for w in connected
+                if client.pttl(f"activate:hb:{w.pk}") <= (timeout - 2 * interval) * 1000
+            ]
+            drill.check(not silent, f"heartbeats did not resume after a restart: {silent}")
+        drill.note(
+            f"{len(connected)} connected and {len(queued)} queued workers; web down "
+            f"{min(web_down):.1f}-{max(web_down):.1f} s per restart (heartbeat timeout "
+            f"{timeout:g} s); no status change, every agent beating the new server"
+        )
+        return drill.result
