@@ -7,6 +7,7 @@ surfacing later as a confusing runtime failure.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from urllib.parse import urlparse
 
@@ -31,6 +32,12 @@ class EnvReader:
 
     def optional_string(self, name: str) -> str | None:
         return self._raw(name)
+
+    def matching(self, name: str, default: str, *, pattern: str, meaning: str) -> str:
+        value = self.string(name, default)
+        if not re.fullmatch(pattern, value):
+            raise ConfigurationError(f"{name} must be {meaning}, got {value!r}")
+        return value
 
     def integer(self, name: str, default: int, *, minimum: int = 0) -> int:
         value = self._raw(name)

@@ -17,13 +17,13 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.harness import (
-    JOB_NAME_PREFIX,
     RUN_ENVIRONMENT,
     HarnessError,
     TestCluster,
     bench_user,
     ensure_environments,
     forget_workers,
+    job_name,
     register_cluster,
     wait_until,
 )
@@ -95,9 +95,7 @@ def run(target: TestCluster, *, workers: int = 5) -> Outcome:
                     os.kill(pid, signal.SIGCONT)
                 except ProcessLookupError:
                     pass
-        names = [
-            f"{JOB_NAME_PREFIX}{p}" for p in Worker.objects.values_list("public_id", flat=True)
-        ]
+        names = [job_name(p) for p in Worker.objects.values_list("public_id", flat=True)]
         wait_until(lambda: not set(names) & set(target.job_names()), timeout=60)
         platform.stop_all()
         target.cancel_names(names)

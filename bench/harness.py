@@ -70,11 +70,19 @@ def ensure_database(url: str) -> None:
         raise HarnessError(f"cannot reach PostgreSQL at {parsed.hostname}: {exc}") from None
 
 
-def prepare_django() -> None:
+def job_name(public_id: str) -> str:
+    """The scheduler job name of a worker of this run's installation."""
+    from workers_app.models import job_name_for
+
+    return job_name_for(public_id)
+
+
+def prepare_django(installation: str = "bench") -> None:
     """Point Django at the benchmark database and Redis, create and migrate the database."""
     os.environ.setdefault("DATABASE_URL", DEFAULT_DATABASE_URL)
     os.environ.setdefault("REDIS_URL", DEFAULT_REDIS_URL)
     os.environ.setdefault("ACTIVATE_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("ACTIVATE_INSTALLATION_ID", installation)
     os.environ["DJANGO_SETTINGS_MODULE"] = "activate.settings.test"
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))

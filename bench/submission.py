@@ -29,6 +29,7 @@ from bench.harness import (
     bench_user,
     ensure_environments,
     forget_workers,
+    job_name,
     register_cluster,
     run_id,
     sshd_connections,
@@ -262,7 +263,7 @@ def _platform(
             started = time.monotonic()
             answers = list(pool.map(post, range(count)))
             posted = time.monotonic() - started
-            names = {f"{JOB_NAME_PREFIX}{public_id}" for public_id, _ in answers}
+            names = {job_name(public_id) for public_id, _ in answers}
             if not wait_until(lambda: names <= watcher.first_seen.keys(), timeout=300):
                 missing = len(names - watcher.first_seen.keys())
                 raise HarnessError(f"{missing} of {count} jobs never showed in squeue")
@@ -298,9 +299,7 @@ def _platform(
         return way, latencies
     finally:
         platform.stop_all()
-        names = {
-            f"{JOB_NAME_PREFIX}{p}" for p in Worker.objects.values_list("public_id", flat=True)
-        }
+        names = {job_name(p) for p in Worker.objects.values_list("public_id", flat=True)}
         target.cancel_names(names)
         forget_workers()
         ApiKey.objects.filter(user=user).delete()

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     chosen = args.drills or list(NAMES)
     try:
-        prepare_django()
+        prepare_django("drills")
         target = TestCluster.from_files()
     except HarnessError as exc:
         print(f"drills: {exc}", file=sys.stderr)

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 from bench.harness import (
     HELD_ENVIRONMENT,
-    JOB_NAME_PREFIX,
     RUN_ENVIRONMENT,
     HarnessError,
     TestCluster,
+    job_name,
     wait_until,
 )
 from drills.harness import Drill, DrillResult, pause, submissions_in_progress
@@ -91,7 +91,7 @@ def run(target: TestCluster, *, mid_submit: int = 10) -> DrillResult:
         drill.result.repetitions = sum(deleted_in.values())
         ended = drill.wait_status(workers, set(FINISHED), timeout=90)
         drill.check(ended, f"deleted workers not ended: {drill.statuses(workers)}")
-        names = {f"{JOB_NAME_PREFIX}{w.public_id}" for w in workers}
+        names = {job_name(w.public_id) for w in workers}
         gone = wait_until(lambda: not names & set(target.job_names()), timeout=90, interval=1)
         left = sorted(names & set(target.job_names()))
         drill.check(gone, f"jobs of deleted workers still in squeue: {left}")

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from bench.harness import (
     CLUSTER_NAME,
-    JOB_NAME_PREFIX,
     HarnessError,
     TestCluster,
     bench_user,
     ensure_environments,
     forget_workers,
+    job_name,
     register_cluster,
     wait_until,
 )
@@ -159,14 +159,14 @@ class Drill:
 
     def job_counts(self, workers: Iterable[Worker], *, all_states: bool = True) -> dict[str, int]:
         """Jobs per worker by name in squeue (with all_states, ended ones not yet purged too)."""
-        counts = {f"{JOB_NAME_PREFIX}{w.public_id}": 0 for w in workers}
+        counts = {job_name(w.public_id): 0 for w in workers}
         for name in self.target.job_names(all_states=all_states):
             if name in counts:
                 counts[name] += 1
         return counts
 
     def job_ids(self, worker: Worker) -> list[str]:
-        name = f"{JOB_NAME_PREFIX}{worker.public_id}"
+        name = job_name(worker.public_id)
         return [i for i, n in self.target.jobs(all_states=True).items() if n == name]
 
     # -- clean-up ---------------------------------------------------------------------------
@@ -177,7 +177,7 @@ class Drill:
         from workers_app.models import ApiKey, Worker
         from workers_app.statuses import LIVE
 
-        names = [f"{JOB_NAME_PREFIX}{w.public_id}" for w in self.workers()]
+        names = [job_name(w.public_id) for w in self.workers()]
         try:
             if "web" in self.platform.processes and "worker" in self.platform.processes:
                 for worker in Worker.objects.filter(status__in=LIVE):

@@ -25,6 +25,7 @@ from workers_app.models import (
     EnvironmentSource,
     Reachability,
     Worker,
+    job_name_prefix,
 )
 from workers_app.params import directives_for
 from workers_app.schedulers import adapter_for
@@ -42,7 +43,6 @@ from workers_app.statuses import WITH_JOB, WorkerStatus
 S = WorkerStatus
 log = logging.getLogger(__name__)
 
-JOB_NAME_PREFIX = "pw-worker-"
 MAX_BACKOFF = 300.0
 
 AGENT_HEREDOC = "ACTIVATE_AGENT_EOF"
@@ -262,11 +262,12 @@ def reconcile_cluster(cluster_id: int) -> list[str]:
     cluster = Cluster.objects.get(pk=cluster_id)
     adapter = adapter_for(cluster)
     try:
-        jobs = adapter.list_platform_jobs(JOB_NAME_PREFIX)
+        prefix = job_name_prefix()
+        jobs = adapter.list_platform_jobs(prefix)
     except (SSHError, QueryFailed) as exc:
         note_cluster_contact(cluster, error=str(exc))
         return []
-    public_ids = {name.removeprefix(JOB_NAME_PREFIX): job_id for job_id, name in jobs.items()}
+    public_ids = {name.removeprefix(prefix): job_id for job_id, name in jobs.items()}
     live = set(
         Worker.objects.filter(cluster=cluster, public_id__in=public_ids, status__in=WITH_JOB)
         .exclude(cancel_requested=True)

@@ -19,6 +19,14 @@ def generate_public_id() -> str:
     return "w" + "".join(secrets.choice(PUBLIC_ID_ALPHABET) for _ in range(10))
 
 
+def job_name_prefix() -> str:
+    return f"pw-worker-{settings.ACTIVATE_INSTALLATION_ID}-"
+
+
+def job_name_for(public_id: str) -> str:
+    return job_name_prefix() + public_id
+
+
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -215,7 +223,7 @@ class Worker(models.Model):
 
     @property
     def job_name(self) -> str:
-        return f"pw-worker-{self.public_id}"
+        return job_name_for(self.public_id)
 
     @property
     def is_finished(self) -> bool:

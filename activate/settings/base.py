@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import dj_database_url
@@ -37,6 +38,16 @@ REDIS_URL = env.url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "
 ACTIVATE_PUBLIC_URL = env.url(
     "ACTIVATE_PUBLIC_URL", "http://127.0.0.1:8000", schemes=("http", "https")
 ).rstrip("/")
+
+# Names every scheduler job this installation submits (pw-worker-<id>-<worker>), so that
+# installations sharing a cluster account never adopt or cancel each other's jobs. The default
+# follows the secret key; set it explicitly to keep it across a key rotation.
+ACTIVATE_INSTALLATION_ID = env.matching(
+    "ACTIVATE_INSTALLATION_ID",
+    hashlib.sha256(SECRET_KEY.encode()).hexdigest()[:8],
+    pattern=r"[a-z0-9]{1,16}",
+    meaning="1 to 16 lowercase letters or digits",
+)
 
 # Timing knobs, in seconds.
 ACTIVATE_PENDING_TIMEOUT = env.number("ACTIVATE_PENDING_TIMEOUT", 7200, minimum=1)

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import os
+
+# Test runs, benchmarks and drills share one Slurm account on a machine: each names its own jobs.
+os.environ.setdefault("ACTIVATE_INSTALLATION_ID", "test")
+
 from .base import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -73,6 +73,7 @@ class Platform:
                 "DJANGO_SETTINGS_MODULE": "activate.settings.test",
                 "DATABASE_URL": database_url(),
                 "REDIS_URL": settings.REDIS_URL,
+                "ACTIVATE_INSTALLATION_ID": settings.ACTIVATE_INSTALLATION_ID,
                 "ACTIVATE_PUBLIC_URL": self.url,
                 "ACTIVATE_BIND": f"127.0.0.1:{self.port}",
                 "ACTIVATE_BEAT_SCHEDULE_FILE": str(self.workdir / "beat-schedule"),

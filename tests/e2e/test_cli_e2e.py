@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from tests.conftest import SshTarget
 from tests.e2e.helpers import squeue_names
 from tests.e2e.platform import Platform
-from workers_app.models import ApiKey, Environment, EnvironmentField, Worker
+from workers_app.models import ApiKey, Environment, EnvironmentField, Worker, job_name_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 PW = Path(sys.executable).with_name("pw")
@@ -75,7 +75,7 @@ def test_create_wait_list_ssh_and_delete_a_worker_with_pw(
     deleted = pw("workers", "delete", worker["id"], "--wait", "-o", "json")
     assert deleted.returncode == 0, deleted.stderr
     assert json.loads(deleted.stdout)["status"] == "stopped"
-    assert f"pw-worker-{worker['id']}" not in squeue_names(ssh_target)
+    assert job_name_for(worker["id"]) not in squeue_names(ssh_target)
 
 
 def test_a_missing_required_field_fails_naming_it_and_submits_nothing(

@@ -39,6 +39,7 @@ def run_check(**env: str) -> subprocess.CompletedProcess[str]:
         ({"ACTIVATE_PUBLIC_URL": "ftp://x"}, "ACTIVATE_PUBLIC_URL"),
         ({"ACTIVATE_DEBUG": "maybe"}, "ACTIVATE_DEBUG"),
         ({"DATABASE_URL": "nonsense://"}, "DATABASE_URL"),
+        ({"ACTIVATE_INSTALLATION_ID": "Prod-1"}, "ACTIVATE_INSTALLATION_ID"),
     ],
 )
 def test_given_a_malformed_setting_then_startup_stops_naming_it(

@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import SshTarget
 from tests.factories import UserFactory
 from workers_app import services
-from workers_app.models import Cluster, Environment, EnvironmentField, Worker
+from workers_app.models import Cluster, Environment, EnvironmentField, Worker, job_name_for
 
 
 def sbatch_as(target: SshTarget, name: str, *, hold: bool = True) -> str:
@@ -45,7 +45,7 @@ def environment(db: None, make_cluster, ssh_target: SshTarget) -> Iterator[Envir
     )
     yield env
     names = [w.job_name for w in Worker.objects.all()]
-    names += ["pw-worker-wnotaworker", "someone-elses-job"]
+    names += [job_name_for("wnotaworker"), "pw-worker-otherinst-wnotaworker", "someone-elses-job"]
     for start in range(0, len(names), 100):
         chunk = ",".join(names[start : start + 100])
         subprocess.run(["scancel", "-u", ssh_target.user, f"--name={chunk}"], timeout=60)

@@ -11,7 +11,7 @@ from django.utils import timezone
 from tests.conftest import SshTarget
 from tests.jobs.conftest import sbatch_as, squeue_ids
 from workers_app import jobs, lifecycle
-from workers_app.models import Cluster, Reachability, Worker
+from workers_app.models import Cluster, Reachability, Worker, job_name_for
 from workers_app.schedulers import ssh
 from workers_app.statuses import WorkerStatus
 
@@ -181,16 +181,20 @@ def test_reconcile_cancels_platform_jobs_that_belong_to_no_live_worker(
 ) -> None:
     live = new_worker()
     jobs.submit_worker(live.pk)
-    orphan = sbatch_as(ssh_target, "pw-worker-wnotaworker")
+    orphan = sbatch_as(ssh_target, job_name_for("wnotaworker"))
     foreign = sbatch_as(ssh_target, "someone-elses-job")
+    # Another installation sharing the account: its jobs are not ours to judge.
+    other_installation = sbatch_as(ssh_target, "pw-worker-otherinst-wnotaworker")
     cancelled = jobs.reconcile_cluster(environment.cluster_id)
     assert orphan in cancelled
     assert foreign not in cancelled and live.scheduler_job_id not in cancelled
+    assert other_installation not in cancelled
     live.refresh_from_db()
     assert squeue_ids(ssh_target, live.job_name) == [live.scheduler_job_id]
     assert foreign in squeue_ids(ssh_target, "someone-elses-job")
+    assert other_installation in squeue_ids(ssh_target, "pw-worker-otherinst-wnotaworker")
     time.sleep(1)
-    assert squeue_ids(ssh_target, "pw-worker-wnotaworker") == []
+    assert squeue_ids(ssh_target, job_name_for("wnotaworker")) == []
 
 
 def test_probe_detects_partitions_as_environments_with_node_counts(
