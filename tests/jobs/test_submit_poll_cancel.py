@@ -12,7 +12,7 @@ from tests.conftest import SshTarget
 from tests.jobs.conftest import sbatch_as, squeue_ids
 from workers_app import jobs, lifecycle
 from workers_app.models import Cluster, Reachability, Worker, job_name_for
-from workers_app.schedulers import ssh
+from workers_app.schedulers import slurm, ssh
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
@@ -73,6 +73,7 @@ def test_a_job_created_by_an_earlier_attempt_is_adopted_not_duplicated(
 
 
 def test_with_200_live_workers_one_poll_runs_one_status_command(
+    monkeypatch: pytest.MonkeyPatch,
     new_worker,
     environment,
     ssh_target: SshTarget,
@@ -95,6 +96,20 @@ def test_with_200_live_workers_one_poll_runs_one_status_command(
     assert jobs.poll_cluster(environment.cluster_id) == 200
     assert ssh.commands_run_total() - before == 1
     assert {Worker.objects.get(pk=w.pk).status for w in workers} == {S.QUEUED}
+    # Past the id-list limit the poll lists the account's jobs instead: still one command,
+    # and it still notices a job that ended.
+    monkeypatch.setattr(slurm, "QUERY_CHUNK", 50)
+    subprocess.run(["scancel", workers[0].scheduler_job_id], check=True, timeout=30)
+    before = ssh.commands_run_total()
+    jobs.poll_cluster(environment.cluster_id)
+    assert ssh.commands_run_total() - before <= 2  # the listing, and the ended job's record
+    first = Worker.objects.get(pk=workers[0].pk)
+    assert first.status == S.STOPPED and "CANCELLED" in first.status_reason
+    still = Worker.objects.filter(pk__in=[w.pk for w in workers[1:]], status=S.QUEUED)
+    assert still.count() == 199
+    before = ssh.commands_run_total()
+    jobs.poll_cluster(environment.cluster_id)
+    assert ssh.commands_run_total() - before == 1
 
 
 def test_a_failed_poll_changes_no_worker(

@@ -171,15 +171,16 @@ def test_query_sends_all_ids_in_one_squeue_with_final_states_included() -> None:
     assert sorted(jobs_arg.removeprefix("--jobs=").split(",")) == sorted(ids)
 
 
-def test_huge_queries_are_split_in_equal_chunks_of_at_most_500() -> None:
-    runner = FakeRunner().on("squeue", ok(""))
-    SlurmAdapter(runner).query([str(n) for n in range(1, 1202)])
-    sizes = [
-        len(next(a for a in argv if a.startswith("--jobs=")).split(",")) for argv, _ in runner.calls
-    ]
-    assert len(sizes) == 3
-    assert sum(sizes) == 1201
-    assert max(sizes) - min(sizes) <= 2
+def test_huge_queries_list_the_accounts_jobs_in_one_command_and_keep_only_the_asked() -> None:
+    listing = "".join(f"{n}|PENDING||Priority|0|pw-worker-x{n}\n" for n in range(1, 1300))
+    runner = FakeRunner().on("squeue", ok(listing + "99999|RUNNING|n1|None|0|mine-too\n"))
+    asked = [str(n) for n in range(1, 1202)]
+    jobs = SlurmAdapter(runner).query(asked).jobs
+    assert len(runner.calls) == 1
+    argv = runner.calls[0][0]
+    assert "--me" in argv and "--states=all" in argv
+    assert not any(a.startswith("--jobs=") for a in argv)
+    assert sorted(jobs, key=int) == asked
 
 
 def test_query_refuses_ids_that_could_be_options() -> None:

@@ -9,7 +9,6 @@ specified"; that one message is a definite "not listed", anything else is a fail
 from __future__ import annotations
 
 import logging
-import math
 import re
 
 from workers_app.schedulers.base import (
@@ -90,7 +89,8 @@ DIRECTIVE_PATTERN = re.compile(
 
 QUERY_FORMAT = "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:"
 QUERY_FIELDS = 6
-# Ids per squeue command: the argument stays a few KB and a huge poll is still a few commands.
+# Up to this many ids a poll names them; past it (a few KB of argument) it lists the account's
+# jobs with --me (Slurm 20.11+) instead, so a poll is one command however many jobs are live.
 QUERY_CHUNK = 500
 NOT_FOUND = "Invalid job id specified"
 ACCOUNTING_DISABLED = "accounting storage is disabled"
@@ -328,28 +328,20 @@ class SlurmAdapter(SchedulerAdapter):
         ids = sorted(set(job_ids), key=int)
         if not ids:
             return QueryResult(jobs={})
-        jobs: dict[str, JobInfo] = {}
-        # Equal chunks, so no chunk is a lone id unless the whole query is one id.
-        count = math.ceil(len(ids) / QUERY_CHUNK)
-        size = math.ceil(len(ids) / count)
-        for start in range(0, len(ids), size):
-            jobs.update(self._query_chunk(ids[start : start + size]))
+        jobs = self._squeue(ids if len(ids) <= QUERY_CHUNK else None)
         wanted = set(ids)
         return QueryResult(jobs={k: v for k, v in jobs.items() if k in wanted})
 
-    def _query_chunk(self, ids: list[str]) -> dict[str, JobInfo]:
+    def _squeue(self, ids: list[str] | None) -> dict[str, JobInfo]:
+        """The named jobs, or with ``None`` every job of the account."""
+        selector = f"--jobs={','.join(ids)}" if ids is not None else "--me"
         result = self._run(
-            [
-                "squeue",
-                "--noheader",
-                "--states=all",
-                f"--jobs={','.join(ids)}",
-                f"--Format={QUERY_FORMAT}",
-            ]
+            ["squeue", "--noheader", "--states=all", selector, f"--Format={QUERY_FORMAT}"]
         )
         if result.exit_status != 0:
             if (
-                len(ids) == 1
+                ids is not None
+                and len(ids) == 1
                 and not result.stdout.strip()
                 and [line.strip() for line in result.stderr.splitlines() if line.strip()]
                 == [f"slurm_load_jobs error: {NOT_FOUND}"]
