@@ -170,7 +170,7 @@ def _breakdown(public_id: str, secret: str, repeat: int) -> Breakdown:
     from django.core.handlers.wsgi import WSGIHandler
 
     from workers_app.agent_service import record_heartbeat
-    from workers_app.heartbeats import redis_client
+    from workers_app.heartbeats import SEEN_PREFIX, redis_client
     from workers_app.models import Worker
 
     worker_id = Worker.objects.get(public_id=public_id).pk
@@ -188,7 +188,7 @@ def _breakdown(public_id: str, secret: str, repeat: int) -> Breakdown:
 
     started = time.perf_counter()
     for _ in range(repeat // 4):
-        client.delete(f"activate:seen:{worker_id}")
+        client.delete(f"{SEEN_PREFIX}{worker_id}")
         record_heartbeat(public_id, secret)
     with_db = (time.perf_counter() - started) / (repeat // 4)
 

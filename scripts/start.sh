@@ -14,7 +14,8 @@ case "${1:-}" in
     exec "$BIN/gunicorn" activate.wsgi:application \
       --bind "${ACTIVATE_BIND:-127.0.0.1:8000}" \
       --workers "${ACTIVATE_WEB_WORKERS:-2}" --threads "${ACTIVATE_WEB_THREADS:-4}" \
-      --access-logfile - --graceful-timeout 10
+      --access-logfile - --logger-class activate.gunicorn_logging.QuietHeartbeatLogger \
+      --graceful-timeout 10
     ;;
   worker)
     exec "$BIN/celery" -A activate worker --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from workers_app import lifecycle
-from workers_app.heartbeats import AgentIdentity, HeartbeatStore
+from workers_app.heartbeats import AgentIdentity, Beat, Beaten, HeartbeatStore
 from workers_app.models import Worker, hash_secret
 from workers_app.statuses import WorkerStatus
 
@@ -58,17 +58,17 @@ def connect_agent(public_id: str, secret: str, *, hostname: str, job_id: str) ->
 
 def record_heartbeat(public_id: str, secret: str) -> None:
     store = HeartbeatStore()
-    identity = store.beat_agent(public_id)
-    if identity is None:
+    secret_hash = hash_secret(secret)
+    beat = store.beat_agent(public_id, secret_hash, seen_window=LAST_SEEN_GRANULARITY)
+    if beat is Beat.UNKNOWN:
         worker = _authenticate(Worker.objects.filter(public_id=public_id).first(), secret)
         if worker.status in (S.QUEUED, S.STARTING):
             raise AgentRefused(409, "connect first")
         if worker.status != S.CONNECTED:
             raise AgentRefused(410, f"worker is {worker.status}")
-        identity = AgentIdentity(worker.pk, worker.agent_secret_hash)
-        store.remember_agent(public_id, identity)
-    elif not hmac.compare_digest(identity.secret_hash, hash_secret(secret)):
+        store.remember_agent(public_id, AgentIdentity(worker.pk, worker.agent_secret_hash))
+        beat = store.beat_agent(public_id, secret_hash, seen_window=LAST_SEEN_GRANULARITY)
+    if not isinstance(beat, Beaten):
         raise AgentRefused(403, "forbidden")
-    store.beat(identity.worker_id)
-    if store.redis.set(f"activate:seen:{identity.worker_id}", 1, nx=True, ex=LAST_SEEN_GRANULARITY):
-        Worker.objects.filter(pk=identity.worker_id).update(last_heartbeat_at=timezone.now())
+    if beat.first_in_window:
+        Worker.objects.filter(pk=beat.worker_id).update(last_heartbeat_at=timezone.now())

@@ -7,16 +7,35 @@ period instead of declaring them all disconnected.
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+from redis.commands.core import Script
 
 PREFIX = "activate:hb:"
 EPOCH_KEY = "activate:hb-epoch"
 AGENT_PREFIX = "activate:agent:"
+SEEN_PREFIX = "activate:seen:"
+
+# A beat in one round trip: find the cached identity, check the secret's hash, refresh the
+# liveness key and the coarse "seen" marker. Lua's string compare is not constant-time; that
+# leaks at most a prefix of a hash, which does not help anyone find a secret that hashes to it.
+BEAT_SCRIPT = """
+local cached = redis.call('GET', KEYS[1])
+if not cached then return 0 end
+local sep = string.find(cached, ':', 1, true)
+if string.sub(cached, sep + 1) ~= ARGV[1] then return -1 end
+local worker = string.sub(cached, 1, sep - 1)
+redis.call('SET', ARGV[2] .. worker, 1, 'PX', ARGV[3])
+if redis.call('SET', ARGV[4] .. worker, 1, 'NX', 'EX', ARGV[5]) then
+  return {worker, 1}
+end
+return {worker, 0}
+"""
 
 
 @functools.cache
@@ -26,6 +45,22 @@ def _client(url: str) -> redis.Redis:
 
 def redis_client() -> redis.Redis:
     return _client(settings.REDIS_URL)
+
+
+@functools.cache
+def _beat_script(client: redis.Redis) -> Script:
+    return client.register_script(BEAT_SCRIPT)
+
+
+class Beat(enum.Enum):
+    UNKNOWN = "unknown"  # no cached identity: the caller asks the database
+    FORBIDDEN = "forbidden"
+
+
+@dataclass(frozen=True)
+class Beaten:
+    worker_id: int
+    first_in_window: bool  # the first beat of this worker in the last LAST_SEEN window
 
 
 @dataclass(frozen=True)
@@ -75,11 +110,15 @@ class HeartbeatStore:
             px=self.ttl_ms * 10,
         )
 
-    def beat_agent(self, public_id: str) -> AgentIdentity | None:
-        """Look up a cached agent identity; None means the caller must ask the database."""
-        raw = self.redis.get(f"{AGENT_PREFIX}{public_id}")
-        if raw is None:
-            return None
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        worker_id, secret_hash = text.split(":", 1)
-        return AgentIdentity(int(worker_id), secret_hash)
+    def beat_agent(self, public_id: str, secret_hash: str, *, seen_window: int) -> Beaten | Beat:
+        """Beat for a cached agent identity whose secret hashes to ``secret_hash``."""
+        answer = _beat_script(self.redis)(
+            keys=[f"{AGENT_PREFIX}{public_id}"],
+            args=[secret_hash, PREFIX, self.ttl_ms, SEEN_PREFIX, seen_window],
+        )
+        if answer == 0:
+            return Beat.UNKNOWN
+        if answer == -1:
+            return Beat.FORBIDDEN
+        worker_id, first = answer
+        return Beaten(int(worker_id), first == 1)

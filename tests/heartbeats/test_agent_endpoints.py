@@ -70,12 +70,20 @@ def test_a_forged_or_other_workers_secret_gets_403_and_changes_nothing(client: C
 
 @pytest.mark.django_db
 def test_a_connected_workers_heartbeat_uses_its_cached_identity_but_still_checks_the_secret(
-    client: Client,
+    client: Client, django_assert_num_queries
 ) -> None:
     worker, secret = queued_worker_with_secret()
     post(client, "connect", secret, {"worker": worker.public_id, "hostname": "n1"})
-    assert post(client, "heartbeat", secret, {"worker": worker.public_id})[0] == 200
+    store = HeartbeatStore()
+    store.forget(worker.pk)
     assert post(client, "heartbeat", "wrong", {"worker": worker.public_id})[0] == 403
+    assert store.alive([worker.pk]) == set()
+    with django_assert_num_queries(1):  # the coarse last-seen time, once a minute
+        assert post(client, "heartbeat", secret, {"worker": worker.public_id})[0] == 200
+    assert store.alive([worker.pk]) == {worker.pk}
+    assert Worker.objects.get(pk=worker.pk).last_heartbeat_at is not None
+    with django_assert_num_queries(0):
+        assert post(client, "heartbeat", secret, {"worker": worker.public_id})[0] == 200
 
 
 @pytest.mark.django_db

@@ -1,0 +1,28 @@
+"""The agent heartbeat skips the browser's middleware stack."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+
+from workers_app import agent_views
+
+
+class AgentHeartbeatFastPath:
+    """Serve heartbeats before sessions, auth, CSRF and messages run.
+
+    Heartbeats are nearly all the requests a large installation serves, the agent authenticates
+    with its own secret, and none of those layers has anything to do for it; skipping them
+    takes about a third off a beat's server time.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.path = reverse("agent-heartbeat")
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path_info == self.path:
+            return agent_views.heartbeat(request)
+        return self.get_response(request)
