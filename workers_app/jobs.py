@@ -87,6 +87,16 @@ def job_script(adapter: SchedulerAdapter, worker: Worker, secret: str) -> str:
     return adapter.render_script(spec)
 
 
+def _may_have_a_job(worker: Worker) -> bool:
+    """Whether an earlier attempt may have created this worker's job.
+
+    Every attempt commits a fresh agent secret before it runs the submit command, so a worker
+    that never had a secret never had a job, and its first attempt skips the lookup (a third of
+    a submission's time). Inside a caller's transaction that commit is not durable yet.
+    """
+    return bool(worker.agent_secret_hash) or transaction.get_connection().in_atomic_block
+
+
 def submit_worker(worker_id: int) -> str:
     """Send a pending worker's job to its cluster, exactly once. Returns what happened."""
     worker = Worker.objects.select_related("cluster", "environment").filter(pk=worker_id).first()
@@ -105,7 +115,7 @@ def submit_worker(worker_id: int) -> str:
         )
         try:
             adapter = adapter_for(cluster)
-            existing = adapter.find_job(worker.job_name)
+            existing = adapter.find_job(worker.job_name) if _may_have_a_job(worker) else None
             if existing:
                 job_id = existing
                 lifecycle.record_event(worker, f"Found job {job_id} already submitted; adopted it")

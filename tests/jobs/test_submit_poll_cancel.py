@@ -62,6 +62,8 @@ def test_a_job_created_by_an_earlier_attempt_is_adopted_not_duplicated(
     ssh_target: SshTarget,
 ) -> None:
     worker = new_worker()
+    # The earlier attempt wrote its secret, created the job, and died before recording it.
+    Worker.objects.filter(pk=worker.pk).update(agent_secret_hash="0" * 64)
     earlier = sbatch_as(ssh_target, worker.job_name)
     result = jobs.submit_worker(worker.pk)
     worker.refresh_from_db()
@@ -70,6 +72,23 @@ def test_a_job_created_by_an_earlier_attempt_is_adopted_not_duplicated(
     assert squeue_ids(ssh_target, worker.job_name) == [earlier]
     assert jobs.submit_worker(worker.pk) == "not pending"
     assert worker.events.filter(reason__startswith=f"Found job {earlier}").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_first_attempt_runs_only_the_submit_command_and_a_retry_looks_first(
+    new_worker,
+    ssh_target: SshTarget,
+) -> None:
+    first, retried = new_worker(), new_worker()
+    before = ssh.commands_run_total()
+    assert jobs.submit_worker(first.pk).startswith("submitted as job")
+    assert ssh.commands_run_total() - before == 1
+    Worker.objects.filter(pk=retried.pk).update(agent_secret_hash="0" * 64)
+    earlier = sbatch_as(ssh_target, retried.job_name)
+    before = ssh.commands_run_total()
+    assert jobs.submit_worker(retried.pk) == f"submitted as job {earlier}"
+    assert ssh.commands_run_total() - before == 1  # the lookup found it: no second job
+    assert squeue_ids(ssh_target, retried.job_name) == [earlier]
 
 
 def test_with_200_live_workers_one_poll_runs_one_status_command(
