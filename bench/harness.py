@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
+from tests.testcluster import NOT_UP, SshTarget, target_fields
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_DIR = REPO / ".cluster"
-CLUSTER_ENV = CLUSTER_DIR / "cluster.env"
 # Used when the caller sets nothing (make bench / make drills set both).
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/activate_bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/5"
@@ -98,40 +99,16 @@ def prepare_django(installation: str = "bench") -> None:
 # -- the test cluster -----------------------------------------------------------------------
 
 
-def _read_cluster_env() -> dict[str, str]:
-    values = {k: v for k, v in os.environ.items() if k.startswith("ACTIVATE_TEST_")}
-    if CLUSTER_ENV.exists():
-        for line in CLUSTER_ENV.read_text().splitlines():
-            if "=" in line and not line.startswith("#"):
-                key, value = line.split("=", 1)
-                values.setdefault(key.strip(), value.strip())
-    return values
-
-
 @dataclass(frozen=True)
-class TestCluster:
+class TestCluster(SshTarget):
     """The single-node Slurm cluster with its sshd on loopback (scripts/testcluster.sh)."""
-
-    host: str
-    port: int
-    user: str
-    key_path: str
-    host_key: str
-    partition: str
 
     @classmethod
     def from_files(cls) -> TestCluster:
-        values = _read_cluster_env()
-        if "ACTIVATE_TEST_SSH_HOST" not in values:
-            raise HarnessError("no test cluster: run `scripts/testcluster.sh up` (make does)")
-        return cls(
-            host=values["ACTIVATE_TEST_SSH_HOST"],
-            port=int(values["ACTIVATE_TEST_SSH_PORT"]),
-            user=values["ACTIVATE_TEST_SSH_USER"],
-            key_path=values["ACTIVATE_TEST_SSH_KEY"],
-            host_key=values["ACTIVATE_TEST_SSH_HOST_KEY"],
-            partition=values.get("ACTIVATE_TEST_SLURM_PARTITION", "debug"),
-        )
+        fields = target_fields()
+        if fields is None:
+            raise HarnessError(NOT_UP)
+        return cls(**fields)  # type: ignore[arg-type]
 
     def ssh_argv(self, *remote: str) -> list[str]:
         """The real OpenSSH client, a new connection each time (no multiplexing)."""
@@ -257,7 +234,7 @@ def register_cluster(target: TestCluster) -> Cluster:
     cluster.host, cluster.port, cluster.username = target.host, target.port, target.user
     cluster.host_key, cluster.scheduler = target.host_key, "slurm"
     cluster.reachability = Reachability.UNKNOWN
-    cluster.set_private_key(Path(target.key_path).read_text())
+    cluster.set_private_key(target.private_key)
     cluster.save()
     return cluster
 

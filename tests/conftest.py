@@ -1,59 +1,23 @@
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 
+from tests.testcluster import NOT_UP, SshTarget, target_fields
 from workers_app.heartbeats import redis_client
 from workers_app.models import Cluster
-
-REPO = Path(__file__).resolve().parent.parent
-CLUSTER_ENV = REPO / ".cluster" / "cluster.env"
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    host: str
-    port: int
-    user: str
-    key_path: str
-    host_key: str
-    partition: str
-
-    @property
-    def private_key(self) -> str:
-        return Path(self.key_path).read_text()
-
-
-def _read_cluster_env() -> dict[str, str]:
-    values = {k: v for k, v in os.environ.items() if k.startswith("ACTIVATE_TEST_")}
-    if CLUSTER_ENV.exists():
-        for line in CLUSTER_ENV.read_text().splitlines():
-            if "=" in line and not line.startswith("#"):
-                key, value = line.split("=", 1)
-                values.setdefault(key.strip(), value.strip())
-    return values
 
 
 @pytest.fixture(scope="session")
 def ssh_target() -> SshTarget:
     """The real Slurm cluster over real SSH that scripts/testcluster.sh starts."""
-    values = _read_cluster_env()
-    if "ACTIVATE_TEST_SSH_HOST" not in values:
-        pytest.fail("no test cluster: run `scripts/testcluster.sh up` (make test does)")
-    return SshTarget(
-        host=values["ACTIVATE_TEST_SSH_HOST"],
-        port=int(values["ACTIVATE_TEST_SSH_PORT"]),
-        user=values["ACTIVATE_TEST_SSH_USER"],
-        key_path=values["ACTIVATE_TEST_SSH_KEY"],
-        host_key=values["ACTIVATE_TEST_SSH_HOST_KEY"],
-        partition=values.get("ACTIVATE_TEST_SLURM_PARTITION", "debug"),
-    )
+    fields = target_fields()
+    if fields is None:
+        pytest.fail(NOT_UP)
+    return SshTarget(**fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -168,6 +168,8 @@ def test_closed_port_is_unreachable_quickly(ssh_target: SshTarget) -> None:
         connection_to(ssh_target, port=CLOSED_PORT).run(["true"])
     assert not isinstance(raised.value, HostKeyMismatch)
     assert time.monotonic() - started < 5
+    # The reason users see under a waiting worker says what happened, in words.
+    assert str(raised.value) == f"cannot connect to {ssh_target.host}:{CLOSED_PORT}: refused"
 
 
 def test_unknown_client_key_fails_authentication(ssh_target: SshTarget) -> None:

@@ -154,6 +154,21 @@ def _count_command() -> None:
         _total_commands += 1
 
 
+def _why(exc: BaseException) -> str:
+    """A connection failure in words: paramiko's "[Errno None] Unable to connect..." is not."""
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        reasons = {
+            "refused"
+            if isinstance(e, ConnectionRefusedError)
+            else (getattr(e, "strerror", None) or str(e)).lower()
+            for e in exc.errors.values()
+        }
+        return "; ".join(sorted(reasons))
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
 class SSHConnection:
     """A CommandRunner over one kept SSH transport. Safe to share between threads."""
 
@@ -225,7 +240,7 @@ class SSHConnection:
             raise SSHError(f"authentication as {self.username} failed: {exc}") from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
             client.close()
-            raise SSHError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+            raise SSHError(f"cannot connect to {self.host}:{self.port}: {_why(exc)}") from exc
         transport = client.get_transport()
         if transport is None:  # pragma: no cover - connect() always sets one
             raise SSHError(f"cannot connect to {self.host}:{self.port}: no transport")
