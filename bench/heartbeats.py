@@ -302,7 +302,8 @@ def _outcome(
         )
     table.notes += [
         f"server: scripts/start.sh web (gunicorn gthread, {web_workers} workers x {web_threads} "
-        "threads, access log on, activate.settings.prod), Redis and PostgreSQL local.",
+        "threads, access log on but without successful beats, activate.settings.prod), Redis "
+        "and PostgreSQL local.",
         f"load: {load_processes} bench.beatload processes (asyncio, one keep-alive connection per "
         "agent), 2 s warm-up then the measured window; open-loop latency counts from when a "
         "beat was due, so queueing behind a slow server is included.",
@@ -316,7 +317,7 @@ def _outcome(
     )
     where.add("one Redis command through redis-py (PING)", f"{breakdown.round_trip * 1e6:.0f} us")
     where.add(
-        "record_heartbeat: 3 Redis commands (GET identity, SET key, SET NX seen) + SHA-256",
+        "record_heartbeat: one Redis round trip (a Lua script) + SHA-256",
         f"{breakdown.service * 1e6:.0f} us",
     )
     where.add(
@@ -324,7 +325,7 @@ def _outcome(
         f"{breakdown.service_with_db * 1e6:.0f} us",
     )
     where.add(
-        "the Django app as WSGI (middleware, view, JSON), in-process",
+        "the Django app as WSGI (fast path before the middleware, view, JSON), in-process",
         f"{breakdown.django * 1e6:.0f} us",
     )
     where.add(
@@ -332,8 +333,8 @@ def _outcome(
         f"{per_beat * 1e6:.0f} us",
     )
     where.notes.append(
-        "Django's share beyond the service is middleware and request/response handling; "
-        "gunicorn's share beyond Django is HTTP parsing, threads and the access log. "
+        "Django's share beyond the service is request/response handling and JSON; "
+        "gunicorn's share beyond Django is HTTP parsing, sockets and threads. "
         f"At {per_beat * 1e6:.0f} us of server CPU per beat, 2 cores cap the server near "
         f"{2 / per_beat:,.0f} beats/s before the load generator takes its share."
         if server_cpu

@@ -24,5 +24,8 @@ class AgentHeartbeatFastPath:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path_info == self.path:
-            return agent_views.heartbeat(request)
+            response = agent_views.heartbeat(request)
+            # CommonMiddleware would have set it; without it gunicorn sends the body chunked.
+            response["Content-Length"] = str(len(response.content))
+            return response
         return self.get_response(request)
