@@ -16,9 +16,9 @@ import httpx
 from bench.harness import REPO, HarnessError
 from tests.e2e.platform import Platform
 
-# Jobs of several test runs share one Slurm account on this machine. The reconcile sweep
-# cancels `pw-worker-*` jobs its own database does not know, so it would cancel other runs'
-# jobs (and they ours): it is pushed out of the way unless a caller asks for it.
+# The reconcile sweep is the safety net that cancels this installation's orphaned jobs; it is
+# pushed out of the way so that a drill shows the direct paths (cancel on delete, adoption on
+# retry) holding on their own, not the net catching what they dropped.
 NO_RECONCILE = {"ACTIVATE_RECONCILE_INTERVAL": "86400"}
 
 # The README's defaults: what a deployment runs with.
