@@ -62,8 +62,11 @@ def test_create_wait_list_ssh_and_delete_a_worker_with_pw(
     assert created.returncode == 0, created.stderr + platform.logs()
     worker = json.loads(created.stdout)
     assert worker["status"] == "connected" and worker["node_hostname"]
-    for status in ("queued", "connected"):
-        assert status in created.stderr
+    # Progress lines follow the lifecycle; a stage passed between two polls may not be shown.
+    shown = [line.split(": ", 1)[1].split()[0] for line in created.stderr.splitlines()]
+    order = ["pending", "queued", "starting", "connected"]
+    assert shown[-1] == "connected"
+    assert shown == sorted(shown, key=order.index)
 
     listed = pw("workers", "ls", "--cluster", cluster)
     assert listed.returncode == 0 and worker["id"] in listed.stdout.splitlines()[1]
