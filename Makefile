@@ -9,10 +9,11 @@ export TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
 .PHONY: run test venv services cluster lint typecheck pytest bench drills clean
 
-$(BIN)/activate-installed: pyproject.toml
+$(BIN)/activate-installed: pyproject.toml cli/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e ./cli
 	touch $@
 
 venv: $(BIN)/activate-installed
@@ -31,7 +32,8 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy activate workers_app sessions_app cli
+	$(BIN)/mypy activate workers_app sessions_app
+	$(BIN)/mypy --config-file cli/pyproject.toml cli/src
 
 pytest: venv
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest $(PYTEST_ARGS)

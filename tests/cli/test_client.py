@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
-from cli.client import ApiClient
-from cli.config import Config
-from cli.errors import CliError, NotFound, Unreachable
+from activate_cli.client import ApiClient
+from activate_cli.config import Config
+from activate_cli.errors import CliError, NotFound, Unreachable
 
 
 def client_answering(response: httpx.Response) -> ApiClient:

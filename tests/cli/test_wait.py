@@ -6,11 +6,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
-from cli import workers
-from cli.client import ApiClient
-from cli.config import Config
-from cli.errors import CliError, Unreachable
+from activate_cli import workers
+from activate_cli.client import ApiClient
+from activate_cli.config import Config
+from activate_cli.errors import CliError, Unreachable
 
 
 def scripted(answers: list[int | str]) -> Iterator[httpx.Response]:

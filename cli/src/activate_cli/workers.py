@@ -10,9 +10,9 @@ from collections.abc import Callable, Collection
 from typing import Any
 from urllib.parse import quote
 
-from cli.client import ApiClient
-from cli.errors import CliError, Interrupted, NotFound, Unreachable
-from cli.output import cell, emit, pairs, table, when
+from activate_cli.client import ApiClient
+from activate_cli.errors import CliError, Interrupted, NotFound, Unreachable
+from activate_cli.output import cell, emit, pairs, table, when
 
 STATUSES = ("pending", "queued", "starting", "connected", "stopping", "stopped", "error")
 FINISHED = frozenset({"stopped", "error"})

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 from urllib.parse import quote
 
-from cli.client import ApiClient
-from cli.output import cell, emit, pairs, table, when
+from activate_cli.client import ApiClient
+from activate_cli.output import cell, emit, pairs, table, when
 
 
 def environments_path(cluster: str) -> str:

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from cli.client import ApiClient
-from cli.workers import not_found, worker_path
+from activate_cli.client import ApiClient
+from activate_cli.workers import not_found, worker_path
 
 PROMPT_HELP = (
     "Each line runs as its own `bash -lc` command on the node, inside the worker's job "

@@ -7,9 +7,9 @@ import getpass
 import os
 from typing import Any
 
-from cli.client import ApiClient
-from cli.config import HOST_ENV, KEY_ENV, Config, normalize_host, write_credentials
-from cli.errors import CliError
+from activate_cli.client import ApiClient
+from activate_cli.config import HOST_ENV, KEY_ENV, Config, normalize_host, write_credentials
+from activate_cli.errors import CliError
 
 
 def ask(prompt: str, *, secret: bool = False) -> str:

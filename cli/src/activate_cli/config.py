@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from cli.errors import CliError
+from activate_cli.errors import CliError
 
 HOST_ENV = "PW_PLATFORM_HOST"
 KEY_ENV = "PW_API_KEY"

@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 
-from cli.config import Config
-from cli.errors import CliError, NotFound, Unreachable
+from activate_cli.config import Config
+from activate_cli.errors import CliError, NotFound, Unreachable
 
 PAGE_SIZE = 100
 TIMEOUT_SECONDS = 30.0

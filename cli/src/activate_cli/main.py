@@ -8,10 +8,10 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from cli import auth, catalog, ssh, workers
-from cli.client import ApiClient
-from cli.config import HOST_ENV, load_config
-from cli.errors import CliError
+from activate_cli import auth, catalog, ssh, workers
+from activate_cli.client import ApiClient
+from activate_cli.config import HOST_ENV, load_config
+from activate_cli.errors import CliError
 
 
 class Parser(argparse.ArgumentParser):
