@@ -50,8 +50,8 @@ class ApiClient:
     ) -> Any:
         return self.request("GET", path, params=params, not_found=not_found)
 
-    def post(self, path: str, body: Mapping[str, Any]) -> Any:
-        return self.request("POST", path, json=body)
+    def post(self, path: str, body: Mapping[str, Any] | None = None, *, not_found: str = "") -> Any:
+        return self.request("POST", path, json=body, not_found=not_found)
 
     def delete(self, path: str, *, not_found: str = "") -> Any:
         return self.request("DELETE", path, not_found=not_found)
@@ -105,6 +105,8 @@ class ApiClient:
             # Not followed: the key would go wherever the redirect points.
             target = response.headers.get("Location", "elsewhere")
             raise CliError(f"{self.host} redirects to {target}; set the platform host to that URL")
+        if code == 204:
+            return None
         try:
             return response.json()
         except ValueError:

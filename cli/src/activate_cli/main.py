@@ -8,7 +8,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from activate_cli import auth, catalog, ssh, workers
+import httpx
+
+from activate_cli import auth, clusters, completion, environments, ssh, workers
 from activate_cli.client import ApiClient
 from activate_cli.config import HOST_ENV, load_config
 from activate_cli.errors import CliError
@@ -34,16 +36,18 @@ def build_parser() -> Parser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     auth.add_parser(commands, common)
     workers.add_parser(commands, common, output)
-    catalog.add_parsers(commands, common, output)
+    clusters.add_parser(commands, common, output)
+    environments.add_parser(commands, common, output)
     ssh.add_parser(commands, common)
+    completion.add_parser(commands, common, parser)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "needs_client", True):
-            with ApiClient(load_config(args.platform_host)) as client:
+            with ApiClient(load_config(args.platform_host), transport=transport) as client:
                 return int(args.run(client, args))
         return int(args.run(args))
     except CliError as exc:

@@ -13,10 +13,18 @@ from urllib.parse import quote
 from activate_cli.client import ApiClient
 from activate_cli.errors import CliError, Interrupted, NotFound, Unreachable
 from activate_cli.output import cell, emit, pairs, table, when
+from activate_cli.statuses import (
+    CONNECTED,
+    ERROR,
+    FINISHED,
+    ON_A_NODE,
+    QUEUED,
+    STATUSES,
+    STOPPED,
+    STOPPING,
+)
 
-STATUSES = ("pending", "queued", "starting", "connected", "stopping", "stopped", "error")
-FINISHED = frozenset({"stopped", "error"})
-ENDINGS = {"error": "failed", "stopped": "stopped", "stopping": "is being stopped"}
+ENDINGS = {ERROR: "failed", STOPPED: "stopped", STOPPING: "is being stopped"}
 POLL_ENV = "PW_POLL_INTERVAL"
 DEFAULT_POLL_SECONDS = 2.0
 # While waiting, the platform may restart or the network blip; give up only after this long.
@@ -76,9 +84,9 @@ def render_workers(workers: list[Worker]) -> str:
 
 def progress_line(worker: Worker) -> str:
     line = f"{worker['id']}: {worker['status']}"
-    if worker["status"] == "queued" and worker.get("scheduler_job_id"):
+    if worker["status"] == QUEUED and worker.get("scheduler_job_id"):
         line += f" (job {worker['scheduler_job_id']})"
-    elif worker["status"] in ("starting", "connected") and worker.get("node_hostname"):
+    elif worker["status"] in ON_A_NODE and worker.get("node_hostname"):
         line += f" on {worker['node_hostname']}"
     if worker.get("status_reason"):
         line += f": {worker['status_reason']}"
@@ -147,8 +155,8 @@ def create(client: ApiClient, args: argparse.Namespace) -> int:
             worker = wait_for(
                 client,
                 worker,
-                done=lambda w: w["status"] == "connected",
-                failed={"stopping", *FINISHED},
+                done=lambda w: w["status"] == CONNECTED,
+                failed={STOPPING, *FINISHED},
             )
         except NotFound:
             raise CliError(f"worker {worker['id']} ended and is no longer listed") from None
@@ -178,9 +186,7 @@ def delete(client: ApiClient, args: argparse.Namespace) -> int:
     worker = client.delete(worker_path(args.id), not_found=not_found(args.id))
     if args.wait:
         try:
-            worker = wait_for(
-                client, worker, done=lambda w: w["status"] == "stopped", failed={"error"}
-            )
+            worker = wait_for(client, worker, done=lambda w: w["status"] == STOPPED, failed={ERROR})
         except NotFound:
             # Finished long enough ago to have left the list: it is stopped.
             print(f"{args.id}: stopped", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""pw cluster ls, pw environments ls|get: what can be requested where."""
+"""pw environments ls|get: what can be requested on a cluster, and which fields it takes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from activate_cli.client import ApiClient
-from activate_cli.output import cell, emit, pairs, table, when
+from activate_cli.output import cell, emit, pairs, table
 
 
 def environments_path(cluster: str) -> str:
@@ -20,14 +20,6 @@ def nodes(env: dict[str, Any]) -> str:
     if total is None and available is None:
         return "-"
     return f"{cell(available)}/{cell(total)}"
-
-
-def render_clusters(clusters: list[dict[str, Any]]) -> str:
-    rows = [
-        [cell(c["name"]), cell(c["scheduler"]), cell(c["reachability"]), when(c["last_contact_at"])]
-        for c in clusters
-    ]
-    return table(["NAME", "SCHEDULER", "REACHABILITY", "LAST CONTACT"], rows)
 
 
 def render_environments(envs: list[dict[str, Any]]) -> str:
@@ -72,11 +64,6 @@ def render_environment(env: dict[str, Any]) -> str:
     return f"{about}\n\n{fields}"
 
 
-def list_clusters(client: ApiClient, args: argparse.Namespace) -> int:
-    emit(sys.stdout, client.list_all("/clusters/"), args.output, render_clusters)
-    return 0
-
-
 def list_environments(client: ApiClient, args: argparse.Namespace) -> int:
     envs = client.list_all(
         environments_path(args.cluster), not_found=f"cluster {args.cluster} not found"
@@ -94,16 +81,9 @@ def get_environment(client: ApiClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(
+def add_parser(
     commands: Any, common: argparse.ArgumentParser, output: argparse.ArgumentParser
 ) -> None:
-    cluster = commands.add_parser(
-        "cluster", aliases=["clusters"], help="list clusters", parents=[common]
-    )
-    sub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
-    p = sub.add_parser("ls", help="list clusters", parents=[common, output])
-    p.set_defaults(run=list_clusters)
-
     envs = commands.add_parser(
         "environments",
         aliases=["env"],
