@@ -25,6 +25,12 @@ PW = Path(sys.executable).with_name("pw")
 TIMEOUT = 30.0
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "install: installs ./cli from PyPI into a fresh virtual environment"
+    )
+
+
 @dataclass
 class Running:
     """A pw process whose stderr lines can be awaited one by one."""

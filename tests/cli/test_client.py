@@ -61,3 +61,7 @@ def test_the_key_is_sent_as_a_bearer_token() -> None:
     assert client.get("/me/") == {"username": "alice"}
     assert seen[0].headers["Authorization"] == "Bearer pwk_x"
     assert str(seen[0].url) == "http://platform.test/api/me/"
+
+
+def test_a_no_content_answer_is_read_as_nothing() -> None:
+    assert client_answering(httpx.Response(204)).delete("/clusters/hpc1/account/") is None

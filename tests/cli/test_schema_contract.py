@@ -1,0 +1,64 @@
+"""What pw spells out of the API is checked against the platform's own OpenAPI schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from activate_cli import clusters, statuses, workers
+from rest_framework.test import APIClient
+
+pytestmark = pytest.mark.django_db
+
+Schema = dict[str, Any]
+
+
+@pytest.fixture
+def schema() -> Schema:
+    response = APIClient().get("/api/schema/", {"format": "json"})
+    assert response.status_code == 200
+    return response.json()
+
+
+def resolved(schema: Schema, node: Schema) -> Schema:
+    """A property's own schema, through drf-spectacular's `allOf: [$ref]` and nullable wrappers."""
+    if "$ref" in node:
+        name = node["$ref"].removeprefix("#/components/schemas/")
+        return resolved(schema, schema["components"]["schemas"][name])
+    for combined in ("allOf", "oneOf", "anyOf"):
+        parts = [p for p in node.get(combined, []) if p.get("type") != "null" and p != {}]
+        if len(parts) == 1:
+            return resolved(schema, parts[0])
+    return node
+
+
+def test_worker_statuses_are_the_ones_the_api_documents(schema: Schema) -> None:
+    worker = schema["components"]["schemas"]["Worker"]["properties"]
+    listing = schema["paths"]["/api/workers/"]["get"]["parameters"]
+    [status_filter] = [p for p in listing if p["name"] == "status"]
+
+    assert list(statuses.STATUSES) == resolved(schema, worker["status"])["enum"]
+    assert set(statuses.STATUSES) == set(status_filter["schema"]["enum"])
+    assert set(workers.ENDINGS) <= set(statuses.STATUSES)
+
+
+def test_the_account_fields_pw_reads_are_the_ones_the_api_documents(schema: Schema) -> None:
+    cluster = schema["components"]["schemas"]["Cluster"]["properties"]
+    if "account" not in cluster:
+        pytest.skip("the platform does not describe per-user cluster accounts yet")
+
+    account = resolved(schema, cluster["account"])
+
+    assert cluster["shared"]["type"] == "boolean"
+    assert set(clusters.ACCOUNT_FIELDS) <= set(account["properties"])
+
+
+def test_what_pw_cluster_connect_sends_is_what_the_api_takes(schema: Schema) -> None:
+    connect = schema["paths"].get("/api/clusters/{name}/account/", {}).get("post")
+    if connect is None:
+        pytest.skip("the platform does not take per-user cluster accounts yet")
+
+    body = resolved(schema, connect["requestBody"]["content"]["application/json"]["schema"])
+
+    assert set(body["properties"]) == {"remote_username", "private_key"}
+    assert body["required"] == ["remote_username"]
