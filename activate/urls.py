@@ -10,4 +10,5 @@ urlpatterns = [
     path("health/", health, name="health"),
     path("agent/v1/", include("workers_app.agent_urls")),
     path("api/", include("workers_app.api.urls")),
+    path("", include("workers_app.pages.urls")),
 ]

@@ -18,6 +18,12 @@ from workers_app.models import (
 )
 from workers_app.schedulers.ssh import SSHError, fetch_host_key, fingerprint
 
+# The product's name, and "View site" leads to the browser UI.
+admin.site.site_header = "ACTIVATE administration"
+admin.site.site_title = "ACTIVATE administration"
+admin.site.index_title = "Clusters, environments, workers and keys"
+admin.site.site_url = "/"
+
 
 class ClusterForm(forms.ModelForm):
     # Write-only: the stored key is never rendered back, not even encrypted.

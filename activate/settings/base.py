@@ -140,7 +140,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-LOGIN_URL = "/admin/login/"
+# The browser UI's own login page; after it, the Workers page.
+LOGIN_URL = "pages:login"
+LOGIN_REDIRECT_URL = "pages:workers"
+LOGOUT_REDIRECT_URL = "pages:login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -1,0 +1,286 @@
+"""The browser UI: thin views over workers_app.services and workers_app.accounts.
+
+Each page that names a worker or an account looks it up through the per-user querysets
+(``services.workers_visible_to``, the user's own accounts and keys), so anything of another
+user's is a 404. Requests made by htmx get fragments; the same URLs serve whole pages to a
+browser without JavaScript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.contrib.auth.views import redirect_to_login
+from django.core.paginator import Paginator
+from django.db.models import Prefetch
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from workers_app import accounts, services
+from workers_app.models import ApiKey, Cluster, ClusterAccount, Environment
+from workers_app.pages.forms import (
+    ApiKeyForm,
+    ConnectAccountForm,
+    RequestWorkerForm,
+    environment_groups,
+)
+from workers_app.pages.rows import WorkerRow
+from workers_app.params import ParameterError
+
+PAGE_SIZE = 50
+NEW_API_KEY = "pages-new-api-key"
+
+View = Callable[..., HttpResponseBase]
+
+
+def is_htmx(request: HttpRequest) -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def navigate(request: HttpRequest, url: str) -> HttpResponse:
+    """Go to ``url``: a redirect, or for htmx a full navigation (out of any dialog)."""
+    if is_htmx(request):
+        response = HttpResponse()
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
+
+
+def login_required_page(view: View) -> View:
+    """login_required that also covers htmx: a poll from a logged-out browser loads the login
+    page as a whole page instead of swapping the login form into a table."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        if is_htmx(request):
+            current = request.headers.get("HX-Current-URL", reverse("pages:workers"))
+            return navigate(request, redirect_to_login(current).url)
+        return redirect_to_login(request.get_full_path())
+
+    return wrapped
+
+
+def _user(request: HttpRequest) -> User:
+    assert isinstance(request.user, User)  # login_required_page ran
+    return request.user
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    if request.user.is_authenticated:
+        return redirect("pages:workers")
+    return redirect(settings.LOGIN_URL)
+
+
+# Workers
+
+
+def _workers_context(request: HttpRequest) -> dict[str, Any]:
+    user = _user(request)
+    workers = services.workers_visible_to(user).select_related("cluster", "environment", "owner")
+    page = Paginator(workers, PAGE_SIZE).get_page(request.GET.get("page"))
+    now = timezone.now()
+    return {
+        "page": page,
+        "rows": [WorkerRow.of(worker, now) for worker in page],
+        "show_owner": user.is_staff,
+        "has_clusters": Cluster.objects.exists(),
+    }
+
+
+@login_required_page
+@require_GET
+def workers(request: HttpRequest) -> HttpResponse:
+    return render(request, "workers_app/workers/list.html", _workers_context(request))
+
+
+@login_required_page
+@require_GET
+def workers_table(request: HttpRequest) -> HttpResponse:
+    """The table alone: the Workers page polls it every two seconds."""
+    return render(request, "workers_app/workers/_table.html", _workers_context(request))
+
+
+def _request_form_setup(
+    request: HttpRequest, wanted: str | None
+) -> tuple[list[Any], Environment | None]:
+    fields = Prefetch("environments", queryset=Environment.objects.prefetch_related("fields"))
+    clusters = list(Cluster.objects.prefetch_related(fields))
+    connected = set(
+        ClusterAccount.objects.filter(user=_user(request), verified_at__isnull=False).values_list(
+            "cluster_id", flat=True
+        )
+    )
+    groups = environment_groups(clusters, connected_cluster_ids=connected)
+    options = [option for group in groups for option in group.options if option.selectable]
+    selected = next((o.environment for o in options if str(o.environment.pk) == wanted), None)
+    if selected is None and options and wanted is None:
+        selected = options[0].environment
+    return groups, selected
+
+
+def _render_request(request: HttpRequest, form: RequestWorkerForm) -> HttpResponse:
+    template = "_request_form.html" if is_htmx(request) else "request.html"
+    return render(request, f"workers_app/workers/{template}", {"form": form})
+
+
+@login_required_page
+@require_http_methods(["GET", "POST"])
+def request_worker(request: HttpRequest) -> HttpResponse:
+    wanted = request.POST.get("environment") if request.method == "POST" else None
+    groups, selected = _request_form_setup(request, wanted or request.GET.get("environment"))
+    if request.method != "POST":
+        return _render_request(request, RequestWorkerForm(groups=groups, selected=selected))
+    form = RequestWorkerForm(request.POST, groups=groups, selected=selected)
+    if form.is_valid() and form.selected is not None:
+        env = form.selected
+        try:
+            worker = services.request_worker(
+                owner=_user(request),
+                cluster=env.cluster.name,
+                environment=env.name,
+                params=form.params(),
+                name=form.cleaned_data["name"],
+            )
+        except ParameterError as exc:
+            form.add_parameter_error(exc)
+        else:
+            messages.success(request, f"Worker {worker.name} requested.")
+            return navigate(request, reverse("pages:workers"))
+    return _render_request(request, form)
+
+
+@login_required_page
+@require_GET
+def request_fields(request: HttpRequest) -> HttpResponse:
+    """The scheduling fields of the environment just chosen in the request dialog."""
+    groups, selected = _request_form_setup(request, request.GET.get("environment", ""))
+    form = RequestWorkerForm(groups=groups, selected=selected)
+    return render(request, "workers_app/workers/_env_fields.html", {"form": form})
+
+
+@login_required_page
+@require_http_methods(["GET", "POST"])
+def delete_worker(request: HttpRequest, public_id: str) -> HttpResponse:
+    worker = get_object_or_404(
+        services.workers_visible_to(_user(request)).select_related("cluster"), public_id=public_id
+    )
+    if request.method == "POST":
+        if services.delete_worker(worker):
+            messages.success(request, f"Worker {worker.name} is being deleted.")
+        else:
+            messages.info(request, f"Worker {worker.name} had already ended.")
+        return navigate(request, reverse("pages:workers"))
+    template = "_delete_confirm.html" if is_htmx(request) else "delete.html"
+    return render(request, f"workers_app/workers/{template}", {"worker": worker})
+
+
+# Clusters and the user's accounts on them
+
+
+@login_required_page
+@require_GET
+def clusters(request: HttpRequest) -> HttpResponse:
+    found = list(Cluster.objects.prefetch_related("environments"))
+    mine = {a.cluster_id: a for a in ClusterAccount.objects.filter(user=_user(request))}
+    rows = [(cluster, mine.get(cluster.pk)) for cluster in found]
+    return render(request, "workers_app/clusters/list.html", {"rows": rows})
+
+
+def _cluster_and_account(request: HttpRequest, name: str) -> tuple[Cluster, ClusterAccount | None]:
+    cluster = get_object_or_404(Cluster, name=name)
+    return cluster, accounts.account_of(_user(request), cluster)
+
+
+@login_required_page
+@require_http_methods(["GET", "POST"])
+def cluster_account(request: HttpRequest, name: str) -> HttpResponse:
+    """The user's account on one cluster: connect (or replace) it, see what to do next."""
+    cluster, account = _cluster_and_account(request, name)
+    form = ConnectAccountForm(
+        request.POST or None,
+        initial={"remote_username": account.remote_username if account else ""},
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            accounts.connect_account(
+                _user(request),
+                cluster,
+                remote_username=form.cleaned_data["remote_username"],
+                private_key=form.cleaned_data["private_key"],
+            )
+        except ParameterError as exc:
+            form.add_parameter_error(exc)
+        else:
+            messages.success(request, f"Account connected on {cluster.name}; verify it next.")
+            return redirect("pages:cluster-account", name=cluster.name)
+    return render(
+        request,
+        "workers_app/clusters/account.html",
+        {"cluster": cluster, "account": account, "form": form},
+    )
+
+
+@login_required_page
+@require_POST
+def verify_account(request: HttpRequest, name: str) -> HttpResponse:
+    cluster, account = _cluster_and_account(request, name)
+    if account is None:
+        messages.error(request, f"You have no account on {cluster.name} to verify.")
+    elif accounts.verify_account(account):
+        messages.success(request, f"Verified: ACTIVATE logs in to {cluster.name} as you.")
+    else:
+        messages.error(request, f"Could not log in to {cluster.name}: {account.last_error}")
+    return redirect("pages:cluster-account", name=cluster.name)
+
+
+@login_required_page
+@require_POST
+def disconnect_account(request: HttpRequest, name: str) -> HttpResponse:
+    cluster, account = _cluster_and_account(request, name)
+    if account is not None:
+        try:
+            accounts.disconnect_account(account)
+        except ParameterError as exc:
+            messages.error(request, exc.message)
+            return redirect("pages:cluster-account", name=cluster.name)
+        messages.success(request, f"Account on {cluster.name} disconnected.")
+    return redirect("pages:clusters")
+
+
+# API keys
+
+
+@login_required_page
+@require_http_methods(["GET", "POST"])
+def api_keys(request: HttpRequest) -> HttpResponse:
+    form = ApiKeyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        _, secret = ApiKey.issue(_user(request), name=form.cleaned_data["name"])
+        # Shown on the next page view only: the plain key is never stored.
+        request.session[NEW_API_KEY] = secret
+        return redirect("pages:api-keys")
+    keys = ApiKey.objects.filter(user=_user(request))
+    secret = request.session.pop(NEW_API_KEY, None)
+    return render(
+        request, "workers_app/api_keys/list.html", {"form": form, "keys": keys, "secret": secret}
+    )
+
+
+@login_required_page
+@require_POST
+def revoke_api_key(request: HttpRequest, pk: int) -> HttpResponse:
+    key = get_object_or_404(ApiKey, pk=pk, user=_user(request))
+    key.delete()
+    messages.success(request, f"API key {key.prefix}… revoked.")
+    return redirect("pages:api-keys")
