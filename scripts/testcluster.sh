@@ -20,6 +20,9 @@ KNOWN_HOSTS_FILE="$CLUSTER_DIR/known_hosts"    # "[127.0.0.1]:2222 ssh-ed25519 A
 SSH_HOST=127.0.0.1
 SSH_PORT=2222
 SSH_USER=pwtest
+# Per-user cluster accounts: each logs in with a key of its own (.cluster/id_ed25519_<name>),
+# so tests can prove that Slurm and the OS keep one user's jobs from another.
+ACCOUNTS=(pwalice pwbob)
 SSHD_CONFIG=/etc/ssh/sshd_activate_test_config
 SSHD_HOST_KEY=/etc/ssh/ssh_host_ed25519_key
 SSHD_PIDFILE=/run/sshd_activate_test.pid
@@ -328,40 +331,59 @@ ensure_slurm() {
 }
 
 # --------------------------------------------------------------------- ssh --
+account_key() { echo "$CLUSTER_DIR/id_ed25519_$1"; }
+
+# ensure_user NAME HOME_MODE
 ensure_user() {
-    if ! getent passwd "$SSH_USER" >/dev/null; then
-        log "creating user $SSH_USER"
-        useradd --create-home --shell /bin/bash "$SSH_USER"
+    local user="$1" mode="$2" home
+    if ! getent passwd "$user" >/dev/null; then
+        log "creating user $user"
+        useradd --create-home --shell /bin/bash "$user"
     fi
-    local home
-    home="$(getent passwd "$SSH_USER" | cut -d: -f6)"
-    [[ -d $home ]] || install -d -o "$SSH_USER" -g "$(id -gn "$SSH_USER")" -m 0755 "$home"
+    home="$(getent passwd "$user" | cut -d: -f6)"
+    [[ -d $home ]] || install -d -o "$user" -g "$(id -gn "$user")" -m "$mode" "$home"
+    chmod "$mode" "$home"
     # With UsePAM=no sshd refuses accounts whose password field starts with
     # '!' (locked, useradd's default). '*' = no password, but not locked.
-    if [[ $(getent shadow "$SSH_USER" | cut -d: -f2) == '!'* ]]; then
-        usermod -p '*' "$SSH_USER"
+    if [[ $(getent shadow "$user" | cut -d: -f2) == '!'* ]]; then
+        usermod -p '*' "$user"
     fi
 }
 
+ensure_users() {
+    local account
+    ensure_user "$SSH_USER" 0755
+    # The accounts' homes (where their jobs write) are closed to each other.
+    for account in "${ACCOUNTS[@]}"; do ensure_user "$account" 0700; done
+}
+
+# ensure_client_key USER KEYFILE: the key exists and USER's authorized_keys holds it.
 ensure_client_key() {
+    local user="$1" key="$2"
     install -d -m 0755 "$CLUSTER_DIR"
-    if [[ ! -s $CLIENT_KEY || ! -s $CLIENT_KEY.pub ]]; then
-        log "generating client key $CLIENT_KEY"
-        rm -f "$CLIENT_KEY" "$CLIENT_KEY.pub"
-        ssh-keygen -q -t ed25519 -N '' -C "activate-testcluster" -f "$CLIENT_KEY"
+    if [[ ! -s $key || ! -s $key.pub ]]; then
+        log "generating client key $key"
+        rm -f "$key" "$key.pub"
+        ssh-keygen -q -t ed25519 -N '' -C "activate-testcluster-$user" -f "$key"
     fi
-    chmod 0600 "$CLIENT_KEY"
-    chmod 0644 "$CLIENT_KEY.pub"
+    chmod 0600 "$key"
+    chmod 0644 "$key.pub"
 
     local home group pub
-    home="$(getent passwd "$SSH_USER" | cut -d: -f6)"
-    group="$(id -gn "$SSH_USER")"
-    pub="$(cat "$CLIENT_KEY.pub")"
-    install -d -o "$SSH_USER" -g "$group" -m 0700 "$home/.ssh"
+    home="$(getent passwd "$user" | cut -d: -f6)"
+    group="$(id -gn "$user")"
+    pub="$(cat "$key.pub")"
+    install -d -o "$user" -g "$group" -m 0700 "$home/.ssh"
     touch "$home/.ssh/authorized_keys"
     grep -qxF -- "$pub" "$home/.ssh/authorized_keys" || printf '%s\n' "$pub" >>"$home/.ssh/authorized_keys"
-    chown "$SSH_USER:$group" "$home/.ssh/authorized_keys"
+    chown "$user:$group" "$home/.ssh/authorized_keys"
     chmod 0600 "$home/.ssh/authorized_keys"
+}
+
+ensure_client_keys() {
+    local account
+    ensure_client_key "$SSH_USER" "$CLIENT_KEY"
+    for account in "${ACCOUNTS[@]}"; do ensure_client_key "$account" "$(account_key "$account")"; done
 }
 
 host_key_line() { awk '{print $1" "$2}' "$SSHD_HOST_KEY.pub"; }
@@ -373,7 +395,7 @@ Port ${SSH_PORT}
 ListenAddress ${SSH_HOST}
 HostKey ${SSHD_HOST_KEY}
 PidFile ${SSHD_PIDFILE}
-AllowUsers ${SSH_USER}
+AllowUsers ${SSH_USER} ${ACCOUNTS[*]}
 PermitRootLogin no
 AuthenticationMethods publickey
 PubkeyAuthentication yes
@@ -399,17 +421,19 @@ EOF
 
 sshd_pids() { pids_by_comm sshd "$SSHD_CONFIG"; }
 
+# ssh_opts [KEYFILE]
 ssh_opts() {
-    printf '%s\n' -i "$CLIENT_KEY" -p "$SSH_PORT" \
+    printf '%s\n' -i "${1:-$CLIENT_KEY}" -p "$SSH_PORT" \
         -o BatchMode=yes -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes \
         -o UserKnownHostsFile="$KNOWN_HOSTS_FILE" -o GlobalKnownHostsFile=/dev/null \
         -o ConnectTimeout=5 -o LogLevel=ERROR
 }
 
+# ssh_ok [USER KEYFILE]: USER (default: the test user) logs in with KEYFILE.
 ssh_ok() {
     local opts
-    mapfile -t opts < <(ssh_opts)
-    ssh "${opts[@]}" "$SSH_USER@$SSH_HOST" true </dev/null
+    mapfile -t opts < <(ssh_opts "${2:-$CLIENT_KEY}")
+    ssh "${opts[@]}" "${1:-$SSH_USER}@$SSH_HOST" true </dev/null
 }
 
 ensure_sshd_host_key() {
@@ -458,11 +482,22 @@ stop_sshd() {
 }
 
 ensure_sshd() {
-    if ensure_sshd_config && [[ -n $(sshd_pids) ]]; then
-        log "sshd config changed - restarting sshd"
-        stop_sshd
+    local pids account
+    if ensure_sshd_config; then
+        mapfile -t pids < <(sshd_pids)
+        if [[ ${#pids[@]} -gt 0 ]]; then
+            # SIGHUP: sshd re-executes itself with the new config and keeps the sessions it
+            # has (other test runs' kept connections), unlike a restart.
+            log "sshd config changed - reloading sshd (${pids[*]})"
+            kill -HUP "${pids[@]}"
+            sleep 0.5
+        fi
     fi
     start_sshd
+    for account in "${ACCOUNTS[@]}"; do
+        wait_until 30 "sshd ($account)" ssh_ok "$account" "$(account_key "$account")" \
+            || die "sshd does not accept $account's key (see $SSHD_LOG)"
+    done
 }
 
 write_cluster_files() {
@@ -471,14 +506,22 @@ write_cluster_files() {
     hk="$(host_key_line)"
     printf '%s\n' "$hk" | write_if_changed "$KNOWN_HOST_FILE" 0644 || true
     printf '[%s]:%s %s\n' "$SSH_HOST" "$SSH_PORT" "$hk" | write_if_changed "$KNOWN_HOSTS_FILE" 0644 || true
-    write_if_changed "$ENV_FILE" 0644 <<EOF || true
+    local account accounts
+    accounts="$(IFS=,; echo "${ACCOUNTS[*]}")"
+    {
+        cat <<EOF
 ACTIVATE_TEST_SSH_HOST=${SSH_HOST}
 ACTIVATE_TEST_SSH_PORT=${SSH_PORT}
 ACTIVATE_TEST_SSH_USER=${SSH_USER}
 ACTIVATE_TEST_SSH_KEY=${CLIENT_KEY}
 ACTIVATE_TEST_SSH_HOST_KEY=${hk}
 ACTIVATE_TEST_SLURM_PARTITION=${SLURM_PARTITION}
+ACTIVATE_TEST_ACCOUNTS=${accounts}
 EOF
+        for account in "${ACCOUNTS[@]}"; do
+            printf 'ACTIVATE_TEST_ACCOUNT_KEY_%s=%s\n' "$account" "$(account_key "$account")"
+        done
+    } | write_if_changed "$ENV_FILE" 0644 || true
 }
 
 # ------------------------------------------------------------------ checks --
@@ -571,8 +614,8 @@ case "$cmd" in
     up)
         ensure_packages
         ensure_munge
-        ensure_user
-        ensure_client_key
+        ensure_users
+        ensure_client_keys
         ensure_sshd_host_key
         write_cluster_files
         ensure_slurm
@@ -599,8 +642,8 @@ case "$cmd" in
     stop-sshd)
         stop_sshd ;;
     start-sshd)
-        ensure_user
-        ensure_client_key
+        ensure_users
+        ensure_client_keys
         ensure_sshd_host_key
         write_cluster_files
         ensure_sshd ;;
