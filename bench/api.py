@@ -16,16 +16,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from bench.harness import (
-    HarnessError,
-    TestCluster,
-    bench_user,
-    ensure_environments,
-    forget_workers,
-    register_cluster,
-)
-from bench.platform_processes import PRODUCTION_KNOBS, BenchPlatform
 from bench.report import Goal, Outcome, Table, millis, percentile, times
+from harness import HarnessError
+from harness.cluster import SshTarget
+from harness.objects import (
+    CLUSTER_NAME,
+    HELD_ENVIRONMENT,
+    forget_workers,
+    run_user,
+    start_afresh,
+)
+from harness.platform import NO_RECONCILE, PRODUCTION_KNOBS, Platform
 
 NAME = "api"
 MIX = (
@@ -53,9 +54,9 @@ def _fill(count: int) -> None:
 
     from workers_app.models import Cluster, Environment, Worker
 
-    owner = bench_user("bench-api")
-    cluster = Cluster.objects.get(name="bench-slurm")
-    environment = Environment.objects.get(cluster=cluster, name="held")
+    owner = run_user("bench-api")
+    cluster = Cluster.objects.get(name=CLUSTER_NAME)
+    environment = Environment.objects.get(cluster=cluster, name=HELD_ENVIRONMENT)
     statuses = [status for status, share in MIX for _ in range(share)]
     chooser = random.Random(7)
     now = timezone.now()
@@ -108,7 +109,7 @@ def _in_process(key: str, path: str, repeat: int) -> tuple[int, int, float]:
     return rows, queries, statistics.median(durations)
 
 
-def _over_http(platform: BenchPlatform, key: str, path: str, repeat: int) -> list[float]:
+def _over_http(platform: Platform, key: str, path: str, repeat: int) -> list[float]:
     durations = []
     with platform.api(key) as client:
         for _ in range(5):
@@ -122,7 +123,7 @@ def _over_http(platform: BenchPlatform, key: str, path: str, repeat: int) -> lis
     return durations
 
 
-def _scheduler_per_view(target: TestCluster, repeat: int) -> list[float]:
+def _scheduler_per_view(target: SshTarget, repeat: int) -> list[float]:
     durations = []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -139,17 +140,15 @@ def _scheduler_per_view(target: TestCluster, repeat: int) -> list[float]:
 
 
 def run(
-    target: TestCluster, *, workers: int = 10_000, requests: int = 200, ssh_samples: int = 20
+    target: SshTarget, *, workers: int = 10_000, requests: int = 200, ssh_samples: int = 20
 ) -> Outcome:
     from workers_app.models import ApiKey
 
-    forget_workers()
-    cluster = register_cluster(target)
-    ensure_environments(cluster, target.partition)
-    owner = bench_user("bench-api")
+    start_afresh(target)
+    owner = run_user("bench-api")
     _, key = ApiKey.issue(owner, name="bench-api")
     workdir = Path(tempfile.mkdtemp(prefix="bench-api-"))
-    platform = BenchPlatform(workdir=workdir, knobs=dict(PRODUCTION_KNOBS))
+    platform = Platform(workdir=workdir, knobs={**PRODUCTION_KNOBS, **NO_RECONCILE})
     measured: list[Measured] = []
     try:
         started = time.perf_counter()

@@ -8,52 +8,48 @@ worker's event row, written by the sweep that noticed.
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
-from bench.harness import (
-    RUN_ENVIRONMENT,
-    HarnessError,
-    TestCluster,
-    bench_user,
-    ensure_environments,
-    forget_workers,
-    job_name,
-    register_cluster,
-    wait_until,
-)
-from bench.platform_processes import BenchPlatform
 from bench.report import Goal, Outcome, Table, percentile, seconds
-from tests.e2e.helpers import agent_pids
-from tests.e2e.platform import FAST_KNOBS
+from harness import HarnessError
+from harness.agents import freeze_agent, thaw
+from harness.cluster import SshTarget
+from harness.objects import (
+    RUN_ENVIRONMENT,
+    end_run,
+    job_name,
+    run_user,
+    start_afresh,
+)
+from harness.platform import FAST_KNOBS, NO_RECONCILE, Platform
+from harness.waiting import wait_until
 
 NAME = "detection"
 # A sweep task is due every SWEEP_INTERVAL; this much more lets Celery pick it up and run it.
 TASK_SLACK = 1.0
 
 
-def run(target: TestCluster, *, workers: int = 5) -> Outcome:
+def run(target: SshTarget, *, workers: int = 5) -> Outcome:
     from workers_app import services
     from workers_app.models import Worker, WorkerEvent
     from workers_app.statuses import WorkerStatus
 
     S = WorkerStatus
-    forget_workers()
-    cluster = register_cluster(target)
-    ensure_environments(cluster, target.partition)
-    owner = bench_user()
-    platform = BenchPlatform(workdir=Path(tempfile.mkdtemp(prefix="bench-detect-")))
+    cluster = start_afresh(target)
+    owner = run_user()
+    platform = Platform(
+        workdir=Path(tempfile.mkdtemp(prefix="bench-detect-")), knobs=dict(NO_RECONCILE)
+    )
     interval = float(FAST_KNOBS["ACTIVATE_HEARTBEAT_INTERVAL"])
     timeout = float(FAST_KNOBS["ACTIVATE_HEARTBEAT_TIMEOUT"])
     sweep = float(FAST_KNOBS["ACTIVATE_SWEEP_INTERVAL"])
     frozen: dict[int, list[int]] = {}
     try:
-        platform.start_everything()
+        platform.start_all()
         made = [
             services.request_worker(owner=owner, cluster=cluster.name, environment=RUN_ENVIRONMENT)
             for _ in range(workers)
@@ -70,11 +66,9 @@ def run(target: TestCluster, *, workers: int = 5) -> Outcome:
         for worker in made:
             # Deaths land anywhere in the beat cycle.
             time.sleep(chooser.uniform(0, interval))
-            frozen[worker.pk] = agent_pids(worker.public_id)
+            frozen[worker.pk] = freeze_agent(worker.public_id)
             if not frozen[worker.pk]:
                 raise HarnessError(f"no agent process found for {worker.public_id}")
-            for pid in frozen[worker.pk]:
-                os.kill(pid, signal.SIGSTOP)
             frozen_at[worker.pk] = time.time()
         wait_until(
             lambda: Worker.objects.filter(pk__in=ids, status=S.STOPPED).count() == workers,
@@ -90,16 +84,10 @@ def run(target: TestCluster, *, workers: int = 5) -> Outcome:
             detected.append(_epoch(event.at) - frozen_at[worker.pk])
     finally:
         for pids in frozen.values():
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+            thaw(pids)
         names = [job_name(p) for p in Worker.objects.values_list("public_id", flat=True)]
         wait_until(lambda: not set(names) & set(target.job_names()), timeout=60)
-        platform.stop_all()
-        target.cancel_names(names)
-        forget_workers()
+        end_run(platform, target, names)
     return _outcome(detected, reasons, interval, timeout, sweep)
 
 

@@ -21,16 +21,11 @@ from typing import Any
 
 import httpx
 
-from bench.harness import (
-    REPO,
-    HarnessError,
-    TestCluster,
-    bench_user,
-    forget_workers,
-    register_cluster,
-)
-from bench.platform_processes import PRODUCTION_KNOBS, BenchPlatform
 from bench.report import Goal, Outcome, Table, millis, percentile, rate
+from harness import REPO, HarnessError
+from harness.cluster import SshTarget
+from harness.objects import CLUSTER_NAME, forget_workers, run_user, start_afresh
+from harness.platform import NO_RECONCILE, PRODUCTION_KNOBS, Platform
 
 NAME = "heartbeats"
 # Open-loop rates tried below the measured capacity, as shares of it.
@@ -57,11 +52,10 @@ class Load:
 def _connected_agents(count: int, url: str) -> list[tuple[str, str]]:
     """Workers moved to connected the way a real job's agent gets there."""
     from workers_app import lifecycle
-    from workers_app.agent_service import new_agent_secret
-    from workers_app.models import Cluster, Worker
+    from workers_app.models import Cluster, Worker, new_agent_secret
 
-    cluster = Cluster.objects.get(name="bench-slurm")
-    owner = bench_user()
+    cluster = Cluster.objects.get(name=CLUSTER_NAME)
+    owner = run_user()
     agents = []
     with httpx.Client(base_url=url, timeout=30) as client:
         for i in range(count):
@@ -103,7 +97,7 @@ def _group_cpu(pid: int) -> float:
 
 
 def _load(
-    platform: BenchPlatform,
+    platform: Platform,
     agents: list[tuple[str, str]],
     workdir: Path,
     *,
@@ -229,7 +223,7 @@ def _breakdown(public_id: str, secret: str, repeat: int) -> Breakdown:
 
 
 def run(
-    target: TestCluster,
+    target: SshTarget,
     *,
     agent_counts: tuple[int, ...] = (50, 200),
     goal_rate: float = 2000,
@@ -238,10 +232,9 @@ def run(
     web_threads: int = 4,
     load_processes: int = 2,
 ) -> Outcome:
-    forget_workers()
-    register_cluster(target)
+    start_afresh(target)
     workdir = Path(tempfile.mkdtemp(prefix="bench-heartbeats-"))
-    platform = BenchPlatform(workdir=workdir, knobs=dict(PRODUCTION_KNOBS))
+    platform = Platform(workdir=workdir, knobs={**PRODUCTION_KNOBS, **NO_RECONCILE})
     loads: list[Load] = []
     try:
         platform.start_deployed_web(workers=web_workers, threads=web_threads)

@@ -12,15 +12,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from bench.harness import (
-    TestCluster,
-    bench_user,
-    forget_workers,
-    register_cluster,
-    run_id,
-    sshd_connections,
-)
 from bench.report import Goal, Outcome, Table, seconds, times
+from harness.cluster import SshTarget, sshd_connections
+from harness.objects import forget_workers, run_id, run_user, start_afresh
 
 NAME = "polling"
 
@@ -51,9 +45,10 @@ class PerJobCycle:
 
 
 def _poll_cycles(cluster_id: int, jobs: int, cycles: int) -> OursCycle:
+    from workers_app.connections import close_all_connections
     from workers_app.jobs import poll_cluster
     from workers_app.models import Worker
-    from workers_app.schedulers.ssh import close_all_connections, commands_run_total
+    from workers_app.schedulers.ssh import commands_run_total
     from workers_app.statuses import WorkerStatus
 
     close_all_connections()
@@ -79,7 +74,7 @@ def _poll_cycles(cluster_id: int, jobs: int, cycles: int) -> OursCycle:
     return OursCycle(jobs, commands.pop(), first, statistics.median(durations), connects)
 
 
-def _per_job_cycle(target: TestCluster, job_ids: list[str], jobs: int, sample: int) -> PerJobCycle:
+def _per_job_cycle(target: SshTarget, job_ids: list[str], jobs: int, sample: int) -> PerJobCycle:
     """One new `ssh ... squeue -j ID` per job, one after the other, as portals poll."""
     if len(job_ids) > sample:
         step = len(job_ids) / sample
@@ -106,7 +101,7 @@ def _per_job_cycle(target: TestCluster, job_ids: list[str], jobs: int, sample: i
 
 
 def run(
-    target: TestCluster,
+    target: SshTarget,
     *,
     sizes: tuple[int, ...] = (1, 100, 1000),
     sample: int = 50,
@@ -116,9 +111,8 @@ def run(
     from workers_app.models import Worker
     from workers_app.statuses import WorkerStatus
 
-    forget_workers()
-    cluster = register_cluster(target)
-    owner = bench_user()
+    cluster = start_afresh(target)
+    owner = run_user()
     tag = f"bench-poll-{run_id()}"
     job_ids: list[str] = []
     ours: list[OursCycle] = []

@@ -15,28 +15,31 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
-from bench.harness import (
+from bench.report import Goal, Outcome, Table, millis, percentile, seconds, times
+from harness import HarnessError
+from harness.cluster import SshTarget, sshd_connections
+from harness.objects import (
     CLUSTER_NAME,
     HELD_ENVIRONMENT,
-    JOB_NAME_PREFIX,
-    HarnessError,
-    TestCluster,
-    bench_user,
-    ensure_environments,
+    HOLD_DIRECTIVE,
     forget_workers,
     job_name,
-    register_cluster,
     run_id,
-    sshd_connections,
-    wait_until,
+    run_user,
+    start_afresh,
 )
-from bench.platform_processes import PRODUCTION_KNOBS, BenchPlatform
-from bench.report import Goal, Outcome, Table, millis, percentile, seconds, times
+from harness.platform import NO_RECONCILE, PRODUCTION_KNOBS, Platform
+from harness.waiting import wait_until
+
+if TYPE_CHECKING:
+    from workers_app.models import Environment, Worker
+    from workers_app.schedulers.base import JobSpec, SchedulerAdapter
 
 NAME = "submission"
 
@@ -58,7 +61,7 @@ class Way:
 class SqueueWatcher:
     """Notes when each job name first shows in squeue (all states), polling in a thread."""
 
-    def __init__(self, target: TestCluster, interval: float = 0.05) -> None:
+    def __init__(self, target: SshTarget, interval: float = 0.05) -> None:
         self.target = target
         self.interval = interval
         self.first_seen: dict[str, float] = {}
@@ -90,49 +93,58 @@ class SqueueWatcher:
 
 def job_script() -> str:
     """The script the platform sends for a worker of the held environment (agent included)."""
-    from workers_app.agent_service import new_agent_secret
-    from workers_app.jobs import job_script as render
-    from workers_app.models import Cluster, Environment, Worker
-    from workers_app.params import validate_params
-    from workers_app.schedulers import adapter_for
+    from workers_app.connections import adapter_for
+    from workers_app.models import Cluster
 
-    cluster = Cluster.objects.get(name=CLUSTER_NAME)
-    environment = Environment.objects.get(cluster=cluster, name=HELD_ENVIRONMENT)
-    adapter = adapter_for(cluster)
-    params = validate_params(environment, {}, directive_pattern=adapter.directive_pattern)
-    worker = Worker(cluster=cluster, environment=environment, params=params)
-    return render(adapter, worker, new_agent_secret()[0])
+    adapter = adapter_for(Cluster.objects.get(name=CLUSTER_NAME))
+    return adapter.render_script(_held_spec(type(adapter)))
 
 
-def _local_loop(target: TestCluster, script: str, names: list[str]) -> tuple[Way, list[str]]:
+def _held_spec(scheduler: type[SchedulerAdapter]) -> JobSpec:
+    """The job of a new worker of the held environment, its secret included."""
+    from workers_app.jobs import job_spec
+    from workers_app.models import Environment, new_agent_secret
+
+    environment = Environment.objects.get(cluster__name=CLUSTER_NAME, name=HELD_ENVIRONMENT)
+    worker = _held_worker(environment, "bench-script", scheduler)
+    return job_spec(worker, new_agent_secret()[0])
+
+
+def _held_worker(environment: Environment, name: str, scheduler: type[SchedulerAdapter]) -> Worker:
+    """An unsaved worker of the held environment with its job spec fixed, as a request does."""
+    from workers_app.models import Worker
+    from workers_app.params import directives_for, validate_params
+
+    params = validate_params(environment, {}, scheduler=scheduler)
+    return Worker(
+        name=name,
+        owner=run_user(),
+        cluster=environment.cluster,
+        environment=environment,
+        params=params,
+        job_partition=environment.partition,
+        job_directives=directives_for(environment, params),
+    )
+
+
+def _local_loop(target: SshTarget, script: str, names: list[str]) -> tuple[Way, list[str]]:
     with tempfile.TemporaryDirectory(prefix="bench-sbatch-") as tmp:
         path = Path(tmp) / "job.sh"
         path.write_text(script)
         Path(tmp).chmod(0o755)
         path.chmod(0o644)
-        lines = "".join(f"sbatch --parsable --job-name={name} < {path}\n" for name in names)
+        lines = [f"sbatch --parsable --job-name={name} < {path}" for name in names]
         connections = sshd_connections()
         started = time.perf_counter()
-        result = subprocess.run(
-            target.as_user("bash", "-s"),
-            input=lines,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        ids = target.sbatch_locally(lines)
         elapsed = time.perf_counter() - started
-    ids = [line.split(";")[0] for line in result.stdout.split()]
-    if result.returncode != 0 or len(ids) != len(names):
-        target.cancel_ids(ids)
-        raise HarnessError(f"local sbatch loop failed: {result.stderr.strip()[:300]}")
     way = Way(
         "local sbatch loop (the limit)", len(names), elapsed, sshd_connections() - connections, "1"
     )
     return way, ids
 
 
-def _ssh_loop(target: TestCluster, script: str, names: list[str]) -> tuple[Way, list[str]]:
+def _ssh_loop(target: SshTarget, script: str, names: list[str]) -> tuple[Way, list[str]]:
     ids: list[str] = []
     connections = sshd_connections()
     started = time.perf_counter()
@@ -163,11 +175,11 @@ class SubmitCost:
     submit_worker: float
 
 
-def _submit_cost(target: TestCluster, script: str, tag: str, count: int) -> SubmitCost:
+def _submit_cost(target: SshTarget, tag: str, count: int) -> SubmitCost:
     """In-process, over the kept connection: the name lookup, sbatch, and a whole submission."""
+    from workers_app.connections import adapter_for
     from workers_app.jobs import submit_worker
-    from workers_app.models import Cluster, Environment, Worker
-    from workers_app.schedulers import adapter_for
+    from workers_app.models import Cluster, Environment
     from workers_app.schedulers.ssh import commands_run_total
 
     cluster = Cluster.objects.get(name=CLUSTER_NAME)
@@ -184,20 +196,14 @@ def _submit_cost(target: TestCluster, script: str, tag: str, count: int) -> Subm
             adapter.find_job(f"{tag}-absent-{i}")
         find_job = (time.perf_counter() - started) / count
         started = time.perf_counter()
+        spec = _held_spec(type(adapter))
         for i in range(count):
-            ids.append(adapter.submit(script.replace(JOB_NAME_PREFIX, f"{tag}-direct-{i}-", 1)))
+            ids.append(adapter.submit(replace(spec, name=f"{tag}-direct-{i}")))
         sbatch = (time.perf_counter() - started) / count
         environment = Environment.objects.get(cluster=cluster, name=HELD_ENVIRONMENT)
-        workers = [
-            Worker.objects.create(
-                name=f"{tag}-{i}",
-                owner=bench_user(),
-                cluster=cluster,
-                environment=environment,
-                params={"walltime": "00:10:00", "directives": "--hold"},
-            )
-            for i in range(count)
-        ]
+        workers = [_held_worker(environment, f"{tag}-{i}", type(adapter)) for i in range(count)]
+        for worker in workers:
+            worker.save()
         before = commands_run_total()
         started = time.perf_counter()
         for worker in workers:
@@ -216,16 +222,20 @@ def _submit_cost(target: TestCluster, script: str, tag: str, count: int) -> Subm
 
 
 def _platform(
-    target: TestCluster, count: int, *, celery_concurrency: int, post_concurrency: int
+    target: SshTarget, count: int, *, celery_concurrency: int, post_concurrency: int
 ) -> tuple[Way, list[float]]:
     from workers_app.models import ApiKey, Worker
     from workers_app.statuses import WorkerStatus
 
-    user = bench_user()
+    user = run_user()
     _, key = ApiKey.issue(user, name="bench")
     workdir = Path(tempfile.mkdtemp(prefix="bench-submit-"))
-    knobs = dict(PRODUCTION_KNOBS, ACTIVATE_CELERY_CONCURRENCY=str(celery_concurrency))
-    platform = BenchPlatform(workdir=workdir, knobs=knobs)
+    knobs = {
+        **PRODUCTION_KNOBS,
+        **NO_RECONCILE,
+        "ACTIVATE_CELERY_CONCURRENCY": str(celery_concurrency),
+    }
+    platform = Platform(workdir=workdir, knobs=knobs)
     body = {"cluster": CLUSTER_NAME, "environment": HELD_ENVIRONMENT, "params": {}}
     local = threading.local()
 
@@ -312,7 +322,7 @@ def _wait_all_finished(*, timeout: float) -> bool:
     return wait_until(lambda: not Worker.objects.filter(status__in=LIVE).exists(), timeout=timeout)
 
 
-def _job_counts(target: TestCluster, names: set[str]) -> dict[str, int]:
+def _job_counts(target: SshTarget, names: set[str]) -> dict[str, int]:
     counts = dict.fromkeys(names, 0)
     for name in target.job_names(all_states=True):
         if name in counts:
@@ -321,19 +331,17 @@ def _job_counts(target: TestCluster, names: set[str]) -> dict[str, int]:
 
 
 def run(
-    target: TestCluster,
+    target: SshTarget,
     *,
     count: int = 200,
     celery_concurrency: int = 4,
     post_concurrency: int = 8,
     cost_samples: int = 20,
 ) -> Outcome:
-    forget_workers()
-    cluster = register_cluster(target)
-    ensure_environments(cluster, target.partition)
+    start_afresh(target)
     script = job_script()
     tag = f"bench-sub-{run_id()}"
-    cost = _submit_cost(target, script, f"{tag}-cost", cost_samples)
+    cost = _submit_cost(target, f"{tag}-cost", cost_samples)
     local, ids = _local_loop(target, script, [f"{tag}-local-{i}" for i in range(count)])
     target.cancel_ids(ids)
     print(f"  local sbatch loop: {local.elapsed:.2f} s", flush=True)
@@ -385,7 +393,7 @@ def _outcome(
         f"POST /api/workers/ latency: p50 {millis(percentile(latencies, 50))}, "
         f"p95 {millis(percentile(latencies, 95))}",
         f"every way submits the same {script_size}-byte script (the platform's, agent "
-        "included), with --hold; the loops run one sbatch after the other.",
+        f"included), with {HOLD_DIRECTIVE}; the loops run one sbatch after the other.",
     ]
     costs = Table(
         "What one submission costs over the kept SSH connection (in-process, serial)",

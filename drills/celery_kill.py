@@ -16,13 +16,15 @@ import signal
 import time
 from collections.abc import Callable
 
-from bench.harness import HELD_ENVIRONMENT, TestCluster, wait_until
-from drills.harness import Drill, DrillResult, pause, submissions_in_progress
+from drills.drill import Drill, DrillResult, pause, submissions_in_progress
+from harness.cluster import SshTarget
+from harness.objects import HELD_ENVIRONMENT
+from harness.waiting import wait_until
 
 NAME = "SIGKILL the Celery worker during submissions"
 
 
-def run(target: TestCluster, *, kills: int = 8, burst: int = 6) -> DrillResult:
+def run(target: SshTarget, *, kills: int = 8, burst: int = 6) -> DrillResult:
     from workers_app.models import WorkerEvent
     from workers_app.statuses import WorkerStatus
 
@@ -30,9 +32,7 @@ def run(target: TestCluster, *, kills: int = 8, burst: int = 6) -> DrillResult:
     chooser = random.Random()
     with Drill("celery-kill", target, title=NAME) as drill:
         platform = drill.platform
-        platform.start_web()
-        platform.start_worker()
-        platform.start_beat()
+        platform.start_all()
         kinds = {"whole worker": 0, "one prefork child": 0}
         for round_number in range(kills):
             made = drill.request(HELD_ENVIRONMENT, burst)

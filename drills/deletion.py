@@ -14,20 +14,16 @@ import random
 from collections import Counter
 from collections.abc import Callable
 
-from bench.harness import (
-    HELD_ENVIRONMENT,
-    RUN_ENVIRONMENT,
-    HarnessError,
-    TestCluster,
-    job_name,
-    wait_until,
-)
-from drills.harness import Drill, DrillResult, pause, submissions_in_progress
+from drills.drill import Drill, DrillResult, pause, submissions_in_progress
+from harness import HarnessError
+from harness.cluster import SshTarget
+from harness.objects import HELD_ENVIRONMENT, RUN_ENVIRONMENT, job_name
+from harness.waiting import wait_until
 
 NAME = "Delete workers in every status, including mid-submit"
 
 
-def run(target: TestCluster, *, mid_submit: int = 10) -> DrillResult:
+def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
     from workers_app import services
     from workers_app.models import Worker, WorkerEvent
     from workers_app.statuses import FINISHED, WorkerStatus
@@ -37,9 +33,7 @@ def run(target: TestCluster, *, mid_submit: int = 10) -> DrillResult:
     deleted_in: Counter[str] = Counter()
     with Drill("deletion", target, title=NAME) as drill:
         platform = drill.platform
-        platform.start_web()
-        platform.start_worker()
-        platform.start_beat()
+        platform.start_all()
 
         def delete(worker: Worker) -> None:
             worker.refresh_from_db()
@@ -58,13 +52,7 @@ def run(target: TestCluster, *, mid_submit: int = 10) -> DrillResult:
         services.delete_worker(starting)
         platform.start_web()
 
-        queued = drill.request(HELD_ENVIRONMENT, 2)
-        connected = drill.request(RUN_ENVIRONMENT, 3)
-        if not (
-            drill.wait_status(queued, {S.QUEUED}, timeout=90)
-            and drill.wait_status(connected, {S.CONNECTED}, timeout=180)
-        ):
-            raise HarnessError(f"workers did not settle: {drill.statuses(queued + connected)}")
+        queued, connected = drill.settled(queued=2, connected=3)
         for worker in queued + connected[:2]:
             delete(worker)
         # Stopping: the second deletion arrives while the first waits for the scheduler.

@@ -14,19 +14,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.harness import (
+from harness import HarnessError
+from harness.cluster import SshTarget
+from harness.objects import (
     CLUSTER_NAME,
-    HarnessError,
-    TestCluster,
-    bench_user,
-    ensure_environments,
-    forget_workers,
+    HELD_ENVIRONMENT,
+    RUN_ENVIRONMENT,
+    all_workers,
+    end_run,
     job_name,
-    register_cluster,
-    wait_until,
+    run_user,
+    start_afresh,
 )
-from bench.platform_processes import NO_RECONCILE, BenchPlatform
-from tests.e2e.platform import FAST_KNOBS
+from harness.platform import NO_RECONCILE, Platform
+from harness.waiting import wait_until
 
 if TYPE_CHECKING:
     from workers_app.models import Worker
@@ -50,7 +51,7 @@ class Drill:
     def __init__(
         self,
         name: str,
-        target: TestCluster,
+        target: SshTarget,
         *,
         title: str = "",
         knobs: dict[str, str] | None = None,
@@ -60,16 +61,13 @@ class Drill:
 
         self.name = name
         self.target = target
-        forget_workers()
-        self.cluster = register_cluster(target)
-        self.held, self.run = ensure_environments(self.cluster, target.partition)
-        self.owner = bench_user("drill")
+        self.cluster = start_afresh(target)
+        self.owner = run_user("drill")
         ApiKey.objects.filter(user=self.owner).delete()
         _, self.key = ApiKey.issue(self.owner, name=name)
-        self.knobs = {**FAST_KNOBS, **NO_RECONCILE, **(knobs or {})}
-        self.platform = BenchPlatform(
+        self.platform = Platform(
             workdir=Path(tempfile.mkdtemp(prefix=f"drill-{name}-")),
-            knobs=self.knobs,
+            knobs={**NO_RECONCILE, **(knobs or {})},
             redis_url=redis_url,
         )
         self.result = DrillResult(title or name, 0)
@@ -91,14 +89,10 @@ class Drill:
         self.result.details.append(text)
 
     def log_count(self, text: str) -> int:
-        """Lines of the platform's logs (all processes, all restarts) that contain ``text``."""
-        return sum(
-            path.read_text(errors="replace").count(text)
-            for path in self.platform.workdir.glob("*.log")
-        )
+        return self.platform.log_count(text)
 
     def knob(self, name: str) -> float:
-        return float(self.knobs[name])
+        return float(self.platform.env()[name])
 
     # -- workers ----------------------------------------------------------------------------
 
@@ -123,15 +117,27 @@ class Drill:
             return api.delete(f"/api/workers/{worker.public_id}/").status_code
 
     def workers(self) -> list[Worker]:
-        from workers_app.models import Worker
-
-        return list(Worker.objects.all().order_by("pk"))
+        return all_workers()
 
     def statuses(self, workers: Iterable[Worker]) -> dict[str, str]:
         from workers_app.models import Worker
 
         ids = [w.pk for w in workers]
         return dict(Worker.objects.filter(pk__in=ids).values_list("public_id", "status"))
+
+    def settled(self, *, queued: int, connected: int) -> tuple[list[Worker], list[Worker]]:
+        """Workers requested in both environments, once the held ones are queued and the
+        others connected (HarnessError if they do not get there)."""
+        from workers_app.statuses import WorkerStatus
+
+        held = self.request(HELD_ENVIRONMENT, queued)
+        running = self.request(RUN_ENVIRONMENT, connected)
+        if not (
+            self.wait_status(held, {WorkerStatus.QUEUED}, timeout=90)
+            and self.wait_status(running, {WorkerStatus.CONNECTED}, timeout=180)
+        ):
+            raise HarnessError(f"workers did not settle: {self.statuses(held + running)}")
+        return held, running
 
     def wait_status(self, workers: list[Worker], wanted: set[str], timeout: float) -> bool:
         from workers_app.models import Worker
@@ -189,9 +195,7 @@ class Drill:
                     lambda: not set(names) & set(self.target.job_names()), timeout=60, interval=1
                 )
         finally:
-            self.platform.stop_all()
-            self.target.cancel_names(names)
-            forget_workers()
+            end_run(self.platform, self.target, names)
             ApiKey.objects.filter(user=self.owner).delete()
 
 

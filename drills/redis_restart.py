@@ -12,9 +12,12 @@ from pathlib import Path
 
 import redis
 
-from bench.harness import RUN_ENVIRONMENT, HarnessError, TestCluster, wait_until
-from drills.harness import Drill, DrillResult, now, pause
-from tests.e2e.platform import free_port
+from drills.drill import Drill, DrillResult, now, pause
+from harness import HarnessError
+from harness.cluster import SshTarget
+from harness.objects import RUN_ENVIRONMENT
+from harness.platform import free_port
+from harness.waiting import wait_until
 
 NAME = "Restart Redis with workers connected"
 
@@ -62,9 +65,6 @@ class RedisServer:
             self.process.wait(timeout=10)
         self.process = None
 
-    def client(self) -> redis.Redis:
-        return redis.Redis.from_url(self.url, socket_timeout=5)
-
 
 def _pings(client: redis.Redis) -> bool:
     try:
@@ -73,9 +73,7 @@ def _pings(client: redis.Redis) -> bool:
         return False
 
 
-def run(
-    target: TestCluster, *, restarts: int = 3, workers: int = 3, down: float = 2
-) -> DrillResult:
+def run(target: SshTarget, *, restarts: int = 3, workers: int = 3, down: float = 2) -> DrillResult:
     from workers_app.statuses import WorkerStatus
 
     S = WorkerStatus
@@ -85,9 +83,7 @@ def run(
             server = RedisServer(drill.platform.workdir)
             server.start()
             drill.platform.redis_url = server.url
-            drill.platform.start_web()
-            drill.platform.start_worker()
-            drill.platform.start_beat()
+            drill.platform.start_all()
             made = drill.request(RUN_ENVIRONMENT, workers)
             if not drill.wait_status(made, {S.CONNECTED}, timeout=180):
                 raise HarnessError(f"workers did not connect: {drill.statuses(made)}")
@@ -104,7 +100,7 @@ def run(
                 pause(timeout + 3 * sweep)
                 changes = drill.changes_since(restarted_at, made)
                 drill.check(not changes, f"status changed after a Redis restart: {changes}")
-                client = server.client()
+                client = drill.platform.redis_client()
                 fresh = [
                     w.public_id
                     for w in made

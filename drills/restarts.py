@@ -9,29 +9,17 @@ from __future__ import annotations
 
 import time
 
-from bench.harness import HELD_ENVIRONMENT, RUN_ENVIRONMENT, HarnessError, TestCluster
-from drills.harness import Drill, DrillResult, now, pause
+from drills.drill import Drill, DrillResult, now, pause
+from harness.cluster import SshTarget
 
 NAME = "Restart the web server and the Celery worker"
 
 
-def run(target: TestCluster, *, restarts: int = 3) -> DrillResult:
-    from workers_app.heartbeats import redis_client
-    from workers_app.statuses import WorkerStatus
-
-    S = WorkerStatus
+def run(target: SshTarget, *, restarts: int = 3) -> DrillResult:
     with Drill("restarts", target, title=NAME) as drill:
         platform = drill.platform
-        platform.start_web()
-        platform.start_worker()
-        platform.start_beat()
-        connected = drill.request(RUN_ENVIRONMENT, 3)
-        queued = drill.request(HELD_ENVIRONMENT, 2)
-        if not (
-            drill.wait_status(connected, {S.CONNECTED}, timeout=180)
-            and drill.wait_status(queued, {S.QUEUED}, timeout=90)
-        ):
-            raise HarnessError(f"workers did not settle: {drill.statuses(connected + queued)}")
+        platform.start_all()
+        queued, connected = drill.settled(queued=2, connected=3)
         interval = drill.knob("ACTIVATE_HEARTBEAT_INTERVAL")
         timeout = drill.knob("ACTIVATE_HEARTBEAT_TIMEOUT")
         web_down: list[float] = []
@@ -49,7 +37,7 @@ def run(target: TestCluster, *, restarts: int = 3) -> DrillResult:
             changes = drill.changes_since(began, connected + queued)
             drill.check(not changes, f"status changed across a restart: {changes}")
             # A key refreshed in the last two intervals means the agent beats the new server.
-            client = redis_client()
+            client = platform.redis_client()
             silent = [
                 w.public_id
                 for w in connected

@@ -11,35 +11,22 @@ from __future__ import annotations
 import subprocess
 import time
 
-from bench.harness import (
-    HELD_ENVIRONMENT,
-    RUN_ENVIRONMENT,
-    HarnessError,
-    TestCluster,
-    testcluster,
-)
-from drills.harness import Drill, DrillResult, now, pause
+from drills.drill import Drill, DrillResult, now, pause
+from harness.cluster import SshTarget, testcluster
+from harness.objects import HELD_ENVIRONMENT
 
 NAME = "Stop slurmctld"
 # What workers_app.jobs.poll_cluster logs when a query fails and every status is kept.
 POLL_FAILED = "failed, keeping every status"
 
 
-def run(target: TestCluster, *, outage: float = 20) -> DrillResult:
+def run(target: SshTarget, *, outage: float = 20) -> DrillResult:
     from workers_app.statuses import WorkerStatus
 
     S = WorkerStatus
     with Drill("slurmctld-outage", target, title=NAME) as drill:
-        drill.platform.start_web()
-        drill.platform.start_worker()
-        drill.platform.start_beat()
-        held = drill.request(HELD_ENVIRONMENT, 2)
-        running = drill.request(RUN_ENVIRONMENT, 2)
-        if not (
-            drill.wait_status(held, {S.QUEUED}, timeout=90)
-            and drill.wait_status(running, {S.CONNECTED}, timeout=180)
-        ):
-            raise HarnessError(f"workers did not settle: {drill.statuses(held + running)}")
+        drill.platform.start_all()
+        held, running = drill.settled(queued=2, connected=2)
         before = drill.statuses(held + running)
         failed_polls = drill.log_count(POLL_FAILED)
         stopped_at = now()

@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import time
 
-from bench.harness import HELD_ENVIRONMENT, HarnessError, TestCluster, testcluster, wait_until
-from drills.harness import Drill, DrillResult, now, pause
+from drills.drill import Drill, DrillResult, now, pause
+from harness import HarnessError
+from harness.cluster import SshTarget, testcluster
+from harness.objects import HELD_ENVIRONMENT
+from harness.waiting import wait_until
 
 NAME = "Stop the SSH server with requests arriving"
 
 
-def run(target: TestCluster, *, outage: float = 20, arriving: int = 5) -> DrillResult:
+def run(target: SshTarget, *, outage: float = 20, arriving: int = 5) -> DrillResult:
     from workers_app.models import Cluster, Reachability
     from workers_app.statuses import WorkerStatus
 
     S = WorkerStatus
     with Drill("ssh-outage", target, title=NAME) as drill:
-        drill.platform.start_web()
-        drill.platform.start_worker()
-        drill.platform.start_beat()
+        drill.platform.start_all()
         before = drill.request(HELD_ENVIRONMENT, 2)
         if not drill.wait_status(before, {S.QUEUED}, timeout=90):
             raise HarnessError(f"workers were not submitted: {drill.statuses(before)}")

@@ -8,19 +8,19 @@ timeout), agents going silent (frozen with SIGSTOP), a deletion, fresh requests.
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
-from bench.harness import HELD_ENVIRONMENT, RUN_ENVIRONMENT, HarnessError, TestCluster
-from drills.harness import Drill, DrillResult, pause
-from tests.e2e.helpers import agent_pids
+from drills.drill import Drill, DrillResult, pause
+from harness import HarnessError
+from harness.agents import freeze_agent, thaw
+from harness.cluster import SshTarget
+from harness.objects import HELD_ENVIRONMENT, RUN_ENVIRONMENT
 
 NAME = "Two beat processes at once"
 KNOBS = {"ACTIVATE_PENDING_TIMEOUT": "15", "ACTIVATE_QUEUED_TIMEOUT": "20"}
 
 
-def run(target: TestCluster, *, duration: float = 40) -> DrillResult:
+def run(target: SshTarget, *, duration: float = 40) -> DrillResult:
     from django.db.models import Count, F
 
     from workers_app.models import WorkerEvent
@@ -40,10 +40,7 @@ def run(target: TestCluster, *, duration: float = 40) -> DrillResult:
             if not drill.wait_status(running, {S.CONNECTED}, timeout=120):
                 raise HarnessError(f"workers did not connect: {drill.statuses(running)}")
             for worker in running[:2]:
-                pids = agent_pids(worker.public_id)
-                for pid in pids:
-                    os.kill(pid, signal.SIGSTOP)
-                frozen += pids
+                frozen += freeze_agent(worker.public_id)
             drill.delete(running[2])
             pause(duration / 2)
             drill.request(HELD_ENVIRONMENT, 3)
@@ -85,11 +82,7 @@ def run(target: TestCluster, *, duration: float = 40) -> DrillResult:
             )
             return drill.result
     finally:
-        for pid in frozen:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        thaw(frozen)
 
 
 def _sent(log: Path) -> int:

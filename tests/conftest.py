@@ -6,7 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 
-from tests.testcluster import NOT_UP, SshTarget, target_fields
+from harness import HarnessError
+from harness.cluster import SshTarget
 from workers_app.heartbeats import redis_client
 from workers_app.models import Cluster
 
@@ -14,10 +15,10 @@ from workers_app.models import Cluster
 @pytest.fixture(scope="session")
 def ssh_target() -> SshTarget:
     """The real Slurm cluster over real SSH that scripts/testcluster.sh starts."""
-    fields = target_fields()
-    if fields is None:
-        pytest.fail(NOT_UP)
-    return SshTarget(**fields)  # type: ignore[arg-type]
+    try:
+        return SshTarget.running()
+    except HarnessError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SshTarget
-from tests.e2e.platform import Platform
+from harness.cluster import SshTarget
+from harness.platform import Platform
 from workers_app.models import Cluster, Environment, EnvironmentField
 
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from tests.conftest import SshTarget
-from tests.e2e.helpers import squeue_names
-from tests.e2e.platform import Platform
+from harness.cluster import SshTarget, squeue_names
+from harness.platform import Platform
 from workers_app.models import ApiKey, Environment, EnvironmentField, Worker, job_name_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]

@@ -8,9 +8,10 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from tests.conftest import SshTarget
-from tests.e2e.helpers import squeue_names
-from tests.e2e.platform import FAST_KNOBS, Platform, wait_for
+from harness.cluster import SshTarget, squeue_names
+from harness.objects import HOLD_DIRECTIVE
+from harness.platform import FAST_KNOBS, Platform
+from harness.waiting import wait_for
 from workers_app import lifecycle
 from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField, Worker
 
@@ -76,7 +77,7 @@ def test_a_worker_queued_too_long_fails_at_its_limit_and_its_job_is_cancelled(
     EnvironmentField.objects.create(
         environment=slurm_environment, name="directives", kind="directives", position=5
     )
-    worker = create(short_timeouts, user, slurm_environment, directives="--hold")
+    worker = create(short_timeouts, user, slurm_environment, directives=HOLD_DIRECTIVE)
     wait_for(lambda: finished(worker), timeout=QUEUED + 20)
     assert (worker.status, worker.status_reason) == ("error", lifecycle.REASON_QUEUED_TIMEOUT)
     assert worker.submitted_at is not None and worker.finished_at is not None

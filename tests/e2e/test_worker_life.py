@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from tests.conftest import SshTarget
-from tests.e2e.helpers import freeze_agent, squeue_names
-from tests.e2e.platform import FAST_KNOBS, Platform, wait_for
+from harness.agents import freeze_agent
+from harness.cluster import SshTarget, squeue_names
+from harness.platform import FAST_KNOBS, Platform
+from harness.waiting import wait_for
 from workers_app import services
 from workers_app.heartbeats import redis_client
 from workers_app.models import Environment, Worker

@@ -1,0 +1,244 @@
+"""The whole platform as real processes (gunicorn, Celery worker, Celery beat), each started the
+way scripts/start.sh starts it, with its timing knobs, logging to a work directory.
+
+The processes share the database and Redis of the calling process (Django's settings), unless
+``redis_url`` names another Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import redis
+from django.conf import settings
+
+from harness import REPO, HarnessError
+from harness.waiting import wait_until
+
+BIN = Path(sys.executable).parent
+START = REPO / "scripts" / "start.sh"
+
+# Seconds, not minutes: a whole life (submit, connect, beat, time out) fits in a test.
+FAST_KNOBS = {
+    "ACTIVATE_HEARTBEAT_INTERVAL": "1",
+    "ACTIVATE_HEARTBEAT_TIMEOUT": "6",
+    "ACTIVATE_SWEEP_INTERVAL": "1",
+    "ACTIVATE_POLL_INTERVAL": "2",
+    "ACTIVATE_PROBE_INTERVAL": "30",
+    "ACTIVATE_RECONCILE_INTERVAL": "30",
+    "ACTIVATE_SUBMIT_LEASE": "15",
+    "ACTIVATE_TASK_VISIBILITY_TIMEOUT": "30",
+}
+
+# The README's defaults: what a deployment runs with.
+PRODUCTION_KNOBS = {
+    "ACTIVATE_HEARTBEAT_INTERVAL": "30",
+    "ACTIVATE_HEARTBEAT_TIMEOUT": "120",
+    "ACTIVATE_SWEEP_INTERVAL": "10",
+    "ACTIVATE_POLL_INTERVAL": "30",
+    "ACTIVATE_PROBE_INTERVAL": "300",
+    "ACTIVATE_SUBMIT_LEASE": "60",
+    "ACTIVATE_TASK_VISIBILITY_TIMEOUT": "600",
+}
+
+# The reconcile sweep is the safety net that cancels this installation's orphaned jobs; benchmarks
+# and drills push it out of the way so that they show the direct paths (cancel on delete,
+# adoption on retry) holding on their own, not the net catching what they dropped.
+NO_RECONCILE = {"ACTIVATE_RECONCILE_INTERVAL": "86400"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def database_url() -> str:
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+@dataclass
+class Platform:
+    workdir: Path
+    # On top of FAST_KNOBS.
+    knobs: dict[str, str] = field(default_factory=dict)
+    redis_url: str = ""
+    port: int = field(default_factory=free_port)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("ACTIVATE_")}
+        environ.update(FAST_KNOBS)
+        environ.update(self.knobs)
+        environ.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "activate.settings.test",
+                "DATABASE_URL": database_url(),
+                "REDIS_URL": self.redis_url or settings.REDIS_URL,
+                "ACTIVATE_INSTALLATION_ID": settings.ACTIVATE_INSTALLATION_ID,
+                "ACTIVATE_PUBLIC_URL": self.url,
+                "ACTIVATE_BIND": f"127.0.0.1:{self.port}",
+                "ACTIVATE_BEAT_SCHEDULE_FILE": str(self.workdir / "beat-schedule"),
+                "ACTIVATE_LOG_LEVEL": "INFO",
+                "PYTHON": sys.executable,
+            }
+        )
+        return environ
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def start_web(self, name: str = "web") -> subprocess.Popen[bytes]:
+        """gunicorn on the test settings, returned once /health/ answers.
+
+        Not through start.sh: that migrates and collects static files, which the test database
+        does not need.
+        """
+        argv = [str(BIN / "gunicorn"), "activate.wsgi:application", "--bind"]
+        argv += [f"127.0.0.1:{self.port}", "--workers", "2", "--threads", "4"]
+        process = self._spawn(name, argv, self.env())
+        self._ready(self._web_answers, "the web server did not answer")
+        return process
+
+    def start_deployed_web(
+        self, *, workers: int, threads: int, name: str = "web"
+    ) -> subprocess.Popen[bytes]:
+        """gunicorn exactly as `scripts/start.sh web` runs it, with production settings."""
+        environ = self.env()
+        environ.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "activate.settings.prod",
+                "ACTIVATE_SECRET_KEY": secrets.token_urlsafe(40),
+                "ACTIVATE_WEB_WORKERS": str(workers),
+                "ACTIVATE_WEB_THREADS": str(threads),
+            }
+        )
+        process = self._spawn(name, ["bash", str(START), "web"], environ)
+        self._ready(self._web_answers, "the web server did not answer")
+        return process
+
+    def start_worker(self, name: str = "worker") -> subprocess.Popen[bytes]:
+        """A Celery worker, returned once it consumes tasks."""
+        log_path = self.workdir / f"{name}.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        process = self._spawn(name, ["bash", str(START), "worker"], self.env())
+        self._ready(
+            lambda: b" ready." in _tail(log_path, offset), "the Celery worker did not get ready"
+        )
+        return process
+
+    def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
+        # Each beat process keeps its own schedule file, as two separate deployments would.
+        environ = self.env()
+        environ["ACTIVATE_BEAT_SCHEDULE_FILE"] = str(self.workdir / f"{name}-schedule")
+        return self._spawn(name, ["bash", str(START), "beat"], environ)
+
+    def start_all(self) -> None:
+        self.start_web()
+        self.start_worker()
+        self.start_beat()
+
+    def _spawn(
+        self, name: str, argv: list[str], environ: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        with (self.workdir / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env=environ,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes[name] = process
+        return process
+
+    def _ready(self, predicate: Callable[[], object], failure: str) -> None:
+        if not wait_until(predicate, timeout=90):
+            raise HarnessError(f"{failure}\n{self.logs()}")
+
+    def _web_answers(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health/", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        process = self.processes.pop(name, None)
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a process and all its children at once (no chance to clean up)."""
+        self.stop(name, signal.SIGKILL)
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
+
+    # -- looking in -------------------------------------------------------------------------
+
+    def child_pids(self, name: str) -> list[int]:
+        """Processes of the group (e.g. Celery's prefork children), leader excluded."""
+        process = self.processes.get(name)
+        if process is None:
+            return []
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == process.pid:
+                continue
+            try:
+                if os.getpgid(int(proc.name)) == process.pid:
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+        return pids
+
+    def redis_client(self) -> redis.Redis:
+        """A client of the Redis the processes use."""
+        return redis.Redis.from_url(self.redis_url or settings.REDIS_URL, socket_timeout=5)
+
+    def api(self, key: str, timeout: float = 30) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout
+        )
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
+            for p in sorted(self.workdir.glob("*.log"))
+        )
+
+    def log_count(self, text: str) -> int:
+        """Occurrences of ``text`` in every process's log (all restarts)."""
+        return sum(p.read_text(errors="replace").count(text) for p in self.workdir.glob("*.log"))
+
+
+def _tail(path: Path, offset: int) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            return handle.read()
+    except OSError:
+        return b""
