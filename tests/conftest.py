@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -19,6 +20,14 @@ def ssh_target() -> SshTarget:
         return SshTarget.running()
     except HarnessError as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def cluster_accounts(ssh_target: SshTarget) -> list[tuple[str, str]]:
+    """The test cluster's per-user accounts: (remote username, private key text), two at least."""
+    if len(ssh_target.accounts) < 2:
+        pytest.fail("the test cluster has no per-user accounts: run `scripts/testcluster.sh up`")
+    return [(name, Path(key).read_text()) for name, key in sorted(ssh_target.accounts.items())]
 
 
 @pytest.fixture
