@@ -8,3 +8,10 @@ class SessionsAppConfig(AppConfig):
     label = "sessions_app"
     verbose_name = "Sessions"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from sessions_app import receivers
+        from workers_app import signals
+
+        signals.worker_finished.connect(receivers.end_sessions, dispatch_uid="sessions-end")
+        signals.worker_deleted.connect(receivers.delete_sessions, dispatch_uid="sessions-delete")

@@ -7,16 +7,21 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from workers_app import jobs, services
+from workers_app import accounts, clusters, services
+from workers_app.accounts import public_key_of
 from workers_app.models import (
+    AccountOrigin,
     ApiKey,
     Cluster,
+    ClusterAccount,
     Environment,
     EnvironmentField,
     Worker,
+    WorkerCommand,
     WorkerEvent,
 )
-from workers_app.schedulers.ssh import SSHError, fetch_host_key, fingerprint
+from workers_app.params import ParameterError
+from workers_app.schedulers.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
 
 # The product's name, and "View site" leads to the browser UI.
 admin.site.site_header = "ACTIVATE administration"
@@ -35,7 +40,7 @@ class ClusterForm(forms.ModelForm):
 
     class Meta:
         model = Cluster
-        fields = ["name", "host", "port", "username", "host_key", "scheduler"]
+        fields = ["name", "host", "port", "username", "host_key", "scheduler", "shared"]
 
     def save(self, commit: bool = True) -> Cluster:
         cluster: Cluster = super().save(commit=False)
@@ -45,6 +50,75 @@ class ClusterForm(forms.ModelForm):
         if commit:
             cluster.save()
         return cluster
+
+
+class ClusterAccountForm(forms.ModelForm):
+    # Write-only, like the cluster's own key.
+    private_key = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "autocomplete": "off"}),
+        help_text="The user's OpenSSH private key for this account. Left empty, the key stays.",
+    )
+
+    class Meta:
+        model = ClusterAccount
+        fields = ["user", "cluster", "remote_username"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        pem = data.get("private_key", "").strip()
+        if pem:
+            try:
+                data["public_key"] = public_key_of(pem)
+            except ParameterError as exc:
+                self.add_error("private_key", exc.message)
+        elif not self.instance.private_key_encrypted:
+            self.add_error("private_key", "A new account needs its private key.")
+        return data
+
+    def save(self, commit: bool = True) -> ClusterAccount:
+        account: ClusterAccount = super().save(commit=False)
+        pem = self.cleaned_data.get("private_key", "").strip()
+        if pem:
+            account.set_private_key(pem + "\n")
+            account.public_key = self.cleaned_data["public_key"]
+            account.origin = AccountOrigin.OPERATOR
+            account.verified_at = None
+        if commit:
+            account.save()
+        return account
+
+
+@admin.register(ClusterAccount)
+class ClusterAccountAdmin(admin.ModelAdmin):
+    form = ClusterAccountForm
+    list_display = ["user", "cluster", "remote_username", "origin", "verified_at", "last_error"]
+    list_filter = ["cluster", "origin"]
+    search_fields = ["user__username", "remote_username"]
+    readonly_fields = ["public_key", "origin", "verified_at", "last_error"]
+    actions = ["verify"]
+
+    @admin.action(description="Verify the login of the selected accounts")
+    def verify(self, request: HttpRequest, queryset: QuerySet[ClusterAccount]) -> None:
+        for account in queryset.select_related("cluster"):
+            if accounts.verify_account(account):
+                self.message_user(request, f"{account}: verified")
+            else:
+                self.message_user(request, f"{account}: {account.last_error}", messages.ERROR)
+
+
+@admin.register(WorkerCommand)
+class WorkerCommandAdmin(admin.ModelAdmin):
+    list_display = ["started_at", "user", "worker", "__str__", "exit_status", "error"]
+    list_filter = ["started_at"]
+    search_fields = ["user__username", "worker__public_id"]
+    raw_id_fields = ["worker", "user"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
 
 
 class EnvironmentInline(admin.TabularInline):
@@ -58,7 +132,15 @@ class EnvironmentInline(admin.TabularInline):
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
     form = ClusterForm
-    list_display = ["name", "host", "scheduler", "reachability", "last_contact_at", "key_is_set"]
+    list_display = [
+        "name",
+        "host",
+        "scheduler",
+        "accounts_mode",
+        "reachability",
+        "last_contact_at",
+        "key_is_set",
+    ]
     readonly_fields = [
         "reachability",
         "last_contact_at",
@@ -73,6 +155,10 @@ class ClusterAdmin(admin.ModelAdmin):
     def key_is_set(self, obj: Cluster) -> bool:
         return obj.has_private_key
 
+    @admin.display(description="accounts")
+    def accounts_mode(self, obj: Cluster) -> str:
+        return f"SHARED: everyone acts as {obj.username}" if obj.shared else "per user"
+
     @admin.display(description="host key fingerprint")
     def host_key_fingerprint(self, obj: Cluster) -> str:
         try:
@@ -83,7 +169,7 @@ class ClusterAdmin(admin.ModelAdmin):
     @admin.action(description="Probe now: reachability and auto-detected environments")
     def probe(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
         for cluster in queryset:
-            if jobs.probe_cluster(cluster.pk):
+            if clusters.probe_cluster(cluster.pk):
                 self.message_user(request, f"{cluster.name}: online", messages.SUCCESS)
             else:
                 cluster.refresh_from_db()
@@ -99,7 +185,7 @@ class ClusterAdmin(admin.ModelAdmin):
                 continue
             try:
                 key = fetch_host_key(cluster.host, cluster.port, timeout=10)
-            except SSHError as exc:
+            except HostKeyUnreadable as exc:
                 self.message_user(request, f"{cluster.name}: {exc}", messages.ERROR)
                 continue
             Cluster.objects.filter(pk=cluster.pk, host_key="").update(host_key=key)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import secrets
 
 from django.conf import settings
 from django.utils import timezone
@@ -23,12 +22,6 @@ class AgentRefused(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-def new_agent_secret() -> tuple[str, str]:
-    """A secret for one worker's job, and the hash the server keeps."""
-    secret = secrets.token_urlsafe(32)
-    return secret, hash_secret(secret)
 
 
 def _authenticate(worker: Worker | None, secret: str) -> Worker:

@@ -16,6 +16,8 @@ import redis
 from django.conf import settings
 from redis.commands.core import Script
 
+from workers_app.redis_connection import redis_client
+
 PREFIX = "activate:hb:"
 EPOCH_KEY = "activate:hb-epoch"
 AGENT_PREFIX = "activate:agent:"
@@ -36,15 +38,6 @@ if redis.call('SET', ARGV[4] .. worker, 1, 'NX', 'EX', ARGV[5]) then
 end
 return {worker, 0}
 """
-
-
-@functools.cache
-def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-
-
-def redis_client() -> redis.Redis:
-    return _client(settings.REDIS_URL)
 
 
 @functools.cache

@@ -1,7 +1,8 @@
-"""Services that talk to schedulers: submit, cancel, poll, probe and reconcile.
+"""Services that talk to schedulers about jobs: submit, cancel, poll and reconcile.
 
 Every status change still goes through ``lifecycle``; this module only decides which one,
-from what a scheduler answered. A failed or doubtful answer changes nothing.
+from what a scheduler answered. A failed or doubtful answer changes nothing. A worker's job is
+always spoken to as the account it runs under (the user's own, or a shared cluster's).
 """
 
 from __future__ import annotations
@@ -11,24 +12,14 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
-from workers_app import lifecycle
+from workers_app import effects, lifecycle
 from workers_app.agent import agent_source
-from workers_app.agent_service import new_agent_secret
+from workers_app.clusters import note_cluster_contact
+from workers_app.connections import adapter_for, adapter_for_worker
 from workers_app.locks import submission_lock
-from workers_app.models import (
-    Cluster,
-    Environment,
-    EnvironmentField,
-    EnvironmentSource,
-    Reachability,
-    Worker,
-    job_name_prefix,
-)
-from workers_app.params import directives_for
-from workers_app.schedulers import adapter_for
+from workers_app.models import Cluster, ClusterAccount, Worker, job_name_prefix, new_agent_secret
 from workers_app.schedulers.base import (
     JobInfo,
     JobSpec,
@@ -37,7 +28,7 @@ from workers_app.schedulers.base import (
     SchedulerAdapter,
     SchedulerError,
 )
-from workers_app.schedulers.ssh import SSHError
+from workers_app.schedulers.ssh import AuthenticationFailed, SSHError
 from workers_app.statuses import WITH_JOB, WorkerStatus
 
 S = WorkerStatus
@@ -52,30 +43,13 @@ def retry_delay(attempts: int) -> float:
     return float(min(MAX_BACKOFF, 5 * 2 ** min(attempts, 10)))
 
 
-def note_cluster_contact(cluster: Cluster, *, error: str = "") -> None:
-    now = timezone.now()
-    if error:
-        Cluster.objects.filter(pk=cluster.pk).update(
-            reachability=Reachability.OFFLINE, last_error=error[:2000]
-        )
-        return
-    was_offline = cluster.reachability != Reachability.ONLINE
-    Cluster.objects.filter(pk=cluster.pk).update(
-        reachability=Reachability.ONLINE, last_contact_at=now, last_error=""
-    )
-    if was_offline:
-        # The cluster answers again: send what waited for it now, not at the next backoff.
-        Worker.objects.filter(cluster=cluster, status=S.PENDING).update(next_attempt_at=now)
-
-
-def job_script(adapter: SchedulerAdapter, worker: Worker, secret: str) -> str:
-    environment = worker.environment
-    directives = directives_for(environment, worker.params) if environment else []
+def job_spec(worker: Worker, secret: str) -> JobSpec:
+    """The job as validated when the worker was requested, whatever its environment is now."""
     command = f"exec python3 - <<'{AGENT_HEREDOC}'\n{agent_source()}\n{AGENT_HEREDOC}"
-    spec = JobSpec(
+    return JobSpec(
         name=worker.job_name,
-        partition=environment.partition if environment else "",
-        directives=directives,
+        partition=worker.job_partition,
+        directives=list(worker.job_directives),
         environment={
             "ACTIVATE_URL": settings.ACTIVATE_PUBLIC_URL,
             "ACTIVATE_WORKER_ID": worker.public_id,
@@ -84,7 +58,14 @@ def job_script(adapter: SchedulerAdapter, worker: Worker, secret: str) -> str:
         },
         command=command,
     )
-    return adapter.render_script(spec)
+
+
+def note_account_refused(account: ClusterAccount | None, error: str) -> None:
+    """A user's login was refused: their account needs attention, the cluster is fine."""
+    if account is not None:
+        ClusterAccount.objects.filter(pk=account.pk).update(
+            verified_at=None, last_error=error[:2000]
+        )
 
 
 def _may_have_a_job(worker: Worker) -> bool:
@@ -99,7 +80,7 @@ def _may_have_a_job(worker: Worker) -> bool:
 
 def submit_worker(worker_id: int) -> str:
     """Send a pending worker's job to its cluster, exactly once. Returns what happened."""
-    worker = Worker.objects.select_related("cluster", "environment").filter(pk=worker_id).first()
+    worker = Worker.objects.select_related("cluster", "account").filter(pk=worker_id).first()
     if worker is None or worker.status != S.PENDING:
         return "not pending"
     with submission_lock(worker.pk) as taken:
@@ -114,7 +95,7 @@ def submit_worker(worker_id: int) -> str:
             worker, until=timezone.now() + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE)
         )
         try:
-            adapter = adapter_for(cluster)
+            adapter = adapter_for_worker(worker)
             existing = adapter.find_job(worker.job_name) if _may_have_a_job(worker) else None
             if existing:
                 job_id = existing
@@ -123,7 +104,13 @@ def submit_worker(worker_id: int) -> str:
                 secret, secret_hash = new_agent_secret()
                 Worker.objects.filter(pk=worker.pk).update(agent_secret_hash=secret_hash)
                 worker.agent_secret_hash = secret_hash
-                job_id = adapter.submit(job_script(adapter, worker, secret))
+                job_id = adapter.submit(job_spec(worker, secret))
+        except AuthenticationFailed as exc:
+            note_account_refused(worker.account, str(exc))
+            lifecycle.fail_worker(
+                worker, reason=f"Cluster {cluster.name} refused your account's login: {exc}"
+            )
+            return "account refused"
         except (SSHError, QueryFailed) as exc:
             note_cluster_contact(cluster, error=str(exc))
             delay = retry_delay(worker.submit_attempts)
@@ -147,14 +134,14 @@ def submit_worker(worker_id: int) -> str:
 
 def cancel_worker_job(worker_id: int) -> str:
     """Ask the scheduler to end a worker's job; done only when a query no longer lists it."""
-    worker = Worker.objects.select_related("cluster").filter(pk=worker_id).first()
+    worker = Worker.objects.select_related("cluster", "account").filter(pk=worker_id).first()
     if worker is None or not worker.cancel_requested:
         return "nothing to cancel"
     if not worker.scheduler_job_id:
         lifecycle.confirm_job_gone(worker)
         return "no job"
-    adapter = adapter_for(worker.cluster)
     try:
+        adapter = adapter_for_worker(worker)
         adapter.cancel(worker.scheduler_job_id)
         result = adapter.query([worker.scheduler_job_id])
     except (SSHError, QueryFailed, SchedulerError) as exc:
@@ -174,9 +161,7 @@ class CancelNotConfirmed(Exception):
 
 def _apply(worker: Worker, info: JobInfo | None, adapter: SchedulerAdapter) -> None:
     if worker.cancel_requested and info is not None and info.phase is not Phase.ENDED:
-        from workers_app import tasks
-
-        tasks.cancel_worker_job.delay(worker.pk)
+        effects.cancel_worker_job(worker.pk)
     if info is not None and info.phase is Phase.QUEUED:
         if worker.status in (S.STARTING, S.CONNECTED):
             lifecycle.mark_requeued(worker, reason=f"Job {info.state}: back in the queue")
@@ -202,80 +187,73 @@ def _apply(worker: Worker, info: JobInfo | None, adapter: SchedulerAdapter) -> N
         )
 
 
+def _by_account(workers: list[Worker]) -> dict[int | None, list[Worker]]:
+    groups: dict[int | None, list[Worker]] = {}
+    for worker in workers:
+        groups.setdefault(worker.account_id, []).append(worker)
+    return groups
+
+
 def poll_cluster(cluster_id: int) -> int:
-    """One status query for all of a cluster's live jobs; returns how many workers it checked."""
+    """One status query per account with live jobs; returns how many workers it checked.
+
+    Each account sees its own jobs only, so each is asked as itself.
+    """
     cluster = Cluster.objects.get(pk=cluster_id)
     workers = list(
         Worker.objects.filter(cluster=cluster)
-        .filter(Q(status__in=WITH_JOB) | Q(cancel_requested=True))
+        .to_poll()
         .exclude(scheduler_job_id="")
+        .select_related("account")
         .order_by("pk")
     )
-    if not workers:
-        return 0
-    adapter = adapter_for(cluster)
-    try:
-        result = adapter.query([w.scheduler_job_id for w in workers])
-    except (SSHError, QueryFailed) as exc:
-        note_cluster_contact(cluster, error=str(exc))
-        log.warning("poll of %s failed, keeping every status: %s", cluster.name, exc)
-        return 0
-    note_cluster_contact(cluster)
-    for worker in workers:
-        _apply(worker, result.get(worker.scheduler_job_id), adapter)
-    return len(workers)
-
-
-def probe_cluster(cluster_id: int) -> bool:
-    """Check reachability and refresh auto-detected environments from the partitions."""
-    cluster = Cluster.objects.get(pk=cluster_id)
-    adapter = adapter_for(cluster)
-    try:
-        partitions = adapter.partitions()
-    except (SSHError, QueryFailed, SchedulerError) as exc:
-        note_cluster_contact(cluster, error=str(exc))
-        return False
-    note_cluster_contact(cluster)
-    now = timezone.now()
-    for partition in partitions:
-        environment, created = Environment.objects.get_or_create(
-            cluster=cluster,
-            name=partition.name,
-            defaults={"partition": partition.name, "source": EnvironmentSource.AUTO},
-        )
-        if environment.source != EnvironmentSource.AUTO:
+    checked = 0
+    for group in _by_account(workers).values():
+        account = group[0].account
+        try:
+            adapter = adapter_for(cluster, account)
+            result = adapter.query([w.scheduler_job_id for w in group])
+        except AuthenticationFailed as exc:
+            note_account_refused(account, str(exc))
+            log.warning("poll of %s as %s refused, keeping every status: %s", cluster, account, exc)
             continue
-        environment.nodes_total = partition.nodes_total
-        environment.nodes_available = partition.nodes_available
-        environment.nodes_updated_at = now
-        environment.save(update_fields=["nodes_total", "nodes_available", "nodes_updated_at"])
-        if created:
-            EnvironmentField.objects.bulk_create(
-                EnvironmentField(
-                    environment=environment,
-                    name=template.name,
-                    label=template.label,
-                    kind=template.kind,
-                    default=template.default,
-                    pattern=template.pattern,
-                    required=template.required,
-                    directive=template.directive,
-                    position=position,
-                )
-                for position, template in enumerate(adapter.default_fields())
-            )
-    return True
+        except (SSHError, QueryFailed) as exc:
+            note_cluster_contact(cluster, error=str(exc))
+            log.warning("poll of %s failed, keeping every status: %s", cluster.name, exc)
+            continue
+        note_cluster_contact(cluster)
+        for worker in group:
+            worker.cluster = cluster
+            _apply(worker, result.get(worker.scheduler_job_id), adapter)
+        checked += len(group)
+    return checked
 
 
 def reconcile_cluster(cluster_id: int) -> list[str]:
-    """Cancel platform-named jobs that belong to no live worker; returns their ids."""
+    """Cancel platform-named jobs that belong to no live worker; returns their ids.
+
+    Each account that has run workers here is asked as itself (and the cluster's own account,
+    if it has one).
+    """
     cluster = Cluster.objects.get(pk=cluster_id)
-    adapter = adapter_for(cluster)
+    accounts: list[ClusterAccount | None] = list(
+        ClusterAccount.objects.filter(cluster=cluster, workers__isnull=False).distinct()
+    )
+    if cluster.username and cluster.has_private_key:
+        accounts.insert(0, None)
+    orphans: list[str] = []
+    for account in accounts:
+        orphans += _reconcile_account(cluster, account)
+    return orphans
+
+
+def _reconcile_account(cluster: Cluster, account: ClusterAccount | None) -> list[str]:
+    prefix = job_name_prefix()
     try:
-        prefix = job_name_prefix()
+        adapter = adapter_for(cluster, account)
         jobs = adapter.list_platform_jobs(prefix)
     except (SSHError, QueryFailed) as exc:
-        note_cluster_contact(cluster, error=str(exc))
+        log.warning("reconcile of %s as %s failed: %s", cluster.name, account or "its own", exc)
         return []
     public_ids = {name.removeprefix(prefix): job_id for job_id, name in jobs.items()}
     live = set(

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from workers_app import effects, heartbeats, signals
 from workers_app.models import Worker, WorkerEvent
 from workers_app.statuses import FINISHED, WorkerStatus, can_transition
 
@@ -100,15 +101,12 @@ def _change(
 
 
 def _after_change(worker: Worker, old: WorkerStatus, new: WorkerStatus) -> None:
-    from sessions_app import services as sessions
-    from workers_app import heartbeats, tasks
-
     worker_id = worker.pk
     if worker.cancel_requested:
-        transaction.on_commit(lambda: tasks.cancel_worker_job.delay(worker_id))
+        effects.cancel_worker_job(worker_id)
     if new in FINISHED:
         failed = worker.status_reason == REASON_DISCONNECTED or new == S.ERROR
-        sessions.finish_sessions_of_worker(worker_id, reason=worker.status_reason, failed=failed)
+        signals.worker_finished.send(sender=Worker, worker=worker, failed=failed)
     if new in FINISHED or old == S.CONNECTED:
         # The agent's cached identity goes too, so its next beat asks the database and is sent away.
         public_id = worker.public_id
@@ -297,10 +295,7 @@ def record_job_to_cancel(worker: Worker, *, job_id: str) -> None:
     Worker.objects.filter(pk=worker.pk).update(scheduler_job_id=job_id, cancel_requested=True)
     worker.scheduler_job_id, worker.cancel_requested = job_id, True
     record_event(worker, f"Job {job_id} was created after the worker ended; cancelling it")
-    from workers_app import tasks
-
-    worker_id = worker.pk
-    transaction.on_commit(lambda: tasks.cancel_worker_job.delay(worker_id))
+    effects.cancel_worker_job(worker.pk)
 
 
 def confirm_job_gone(worker: Worker) -> None:

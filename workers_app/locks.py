@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import connection
 
-from workers_app.heartbeats import redis_client
+from workers_app.redis_connection import redis_client
 
 LOCK_NAMESPACE = 0x41435456  # "ACTV": keeps our advisory locks apart from other users'.
 

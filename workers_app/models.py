@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from workers_app.keystore import decrypt_private_key, encrypt_private_key
-from workers_app.statuses import FINISHED, LIVE, WorkerStatus
+from workers_app.statuses import FINISHED, WITH_JOB, WorkerStatus
 
 PUBLIC_ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
 
@@ -29,6 +29,12 @@ def job_name_for(public_id: str) -> str:
 
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_agent_secret() -> tuple[str, str]:
+    """A secret for one worker's job, and the hash the server keeps."""
+    secret = secrets.token_urlsafe(32)
+    return secret, hash_secret(secret)
 
 
 class SchedulerKind(models.TextChoices):
@@ -199,8 +205,9 @@ class EnvironmentField(models.Model):
 
 
 class WorkerQuerySet(models.QuerySet["Worker"]):
-    def live(self) -> WorkerQuerySet:
-        return self.filter(status__in=LIVE)
+    def to_poll(self) -> WorkerQuerySet:
+        """Workers whose job the scheduler must be asked about: live, or to be cancelled."""
+        return self.filter(Q(status__in=WITH_JOB) | Q(cancel_requested=True))
 
     def visible(self, now: datetime) -> WorkerQuerySet:
         """What lists show: live workers, and finished ones until they are purged from view."""
@@ -212,9 +219,6 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
 
     def awaiting_dispatch(self, now: datetime) -> WorkerQuerySet:
         return self.filter(status=WorkerStatus.PENDING, next_attempt_at__lte=now)
-
-    def awaiting_cancel(self) -> WorkerQuerySet:
-        return self.filter(cancel_requested=True)
 
 
 class Worker(models.Model):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from workers_app.models import Environment, EnvironmentField, FieldKind
-from workers_app.schedulers.base import SAFE_VALUE
+from workers_app.schedulers.base import SAFE_VALUE, SchedulerAdapter
 
 MAX_VALUE_LENGTH = 512
 FORBIDDEN_CHARACTERS = ("\n", "\r", "\x00")
@@ -21,36 +21,61 @@ class ParameterError(Exception):
         self.message = message
 
 
-def _check_value(spec: EnvironmentField, value: str, directive_pattern: re.Pattern[str]) -> None:
-    if len(value) > MAX_VALUE_LENGTH:
-        raise ParameterError(spec.name, f"must be at most {MAX_VALUE_LENGTH} characters")
-    if spec.kind == FieldKind.DIRECTIVES:
-        for line in value.splitlines():
-            line = line.strip()
-            if line and not directive_pattern.fullmatch(line):
-                raise ParameterError(spec.name, f"{line!r} is not an allowed scheduler directive")
-        if "\x00" in value:
-            raise ParameterError(spec.name, "must not contain NUL characters")
-        return
+def _check_directives(
+    spec: EnvironmentField,
+    value: str,
+    scheduler: type[SchedulerAdapter],
+    set_by_fields: frozenset[str],
+) -> None:
+    if "\x00" in value:
+        raise ParameterError(spec.name, "must not contain NUL characters")
+    for line in value.splitlines():
+        line = line.strip()
+        problem = scheduler.directive_problem(line, set_by_fields=set_by_fields) if line else None
+        if problem:
+            raise ParameterError(spec.name, problem)
+
+
+def _check_value(spec: EnvironmentField, value: str) -> None:
+    # Said in plain words, the same in the browser, the API and `pw`: the field's label and a
+    # valid example, never the regular expression behind the check.
+    label = spec.label or spec.name
+    example = spec.example or spec.default
+    hint = f"; example: {example}" if example else ""
     if any(ch in value for ch in FORBIDDEN_CHARACTERS):
-        raise ParameterError(spec.name, "must not contain newlines or NUL characters")
+        raise ParameterError(spec.name, f"{label}: must be a single line{hint}")
     if spec.choices and value not in spec.choices:
         allowed = ", ".join(str(c) for c in spec.choices)
-        raise ParameterError(spec.name, f"must be one of: {allowed}")
+        raise ParameterError(spec.name, f"{label}: must be one of: {allowed}")
     if spec.pattern and not re.fullmatch(spec.pattern, value):
-        raise ParameterError(spec.name, f"{value!r} does not match the pattern {spec.pattern}")
+        raise ParameterError(spec.name, f"{label}: {value!r} is not a valid value{hint}")
     if spec.directive and not SAFE_VALUE.fullmatch(value):
-        raise ParameterError(spec.name, f"{value!r} contains characters that are not allowed")
+        raise ParameterError(
+            spec.name, f"{label}: {value!r} contains characters that are not allowed{hint}"
+        )
+
+
+def options_set_by_fields(
+    fields: Iterable[EnvironmentField], scheduler: type[SchedulerAdapter]
+) -> frozenset[str]:
+    """The scheduler options an environment's own fields set (raw directives may not)."""
+    options = (
+        scheduler.option_of(spec.directive.replace("{value}", "1"))
+        for spec in fields
+        if spec.kind == FieldKind.VALUE and spec.directive
+    )
+    return frozenset(option for option in options if option)
 
 
 def validate_params(
     environment: Environment,
     params: Mapping[str, object],
     *,
-    directive_pattern: re.Pattern[str],
+    scheduler: type[SchedulerAdapter],
 ) -> dict[str, str]:
     """Return the complete, validated parameters (defaults filled in) or raise ParameterError."""
     specs = {spec.name: spec for spec in environment.fields.all()}
+    set_by_fields = options_set_by_fields(specs.values(), scheduler)
     for name in params:
         if name not in specs:
             known = ", ".join(sorted(specs)) or "none"
@@ -67,7 +92,12 @@ def validate_params(
             if spec.required:
                 raise ParameterError(name, "is required")
             continue
-        _check_value(spec, value, directive_pattern)
+        if len(value) > MAX_VALUE_LENGTH:
+            raise ParameterError(name, f"must be at most {MAX_VALUE_LENGTH} characters")
+        if spec.kind == FieldKind.DIRECTIVES:
+            _check_directives(spec, value, scheduler, set_by_fields)
+        else:
+            _check_value(spec, value)
         resolved[name] = value
     return resolved
 

@@ -11,12 +11,14 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from sessions_app import services as sessions
-from workers_app import lifecycle
-from workers_app.models import Cluster, Environment, Worker
-from workers_app.params import ParameterError, validate_params
-from workers_app.schedulers import adapter_class, adapter_for
-from workers_app.schedulers.base import CommandResult
+from workers_app import effects, lifecycle, signals
+from workers_app.accounts import acting_account
+from workers_app.connections import adapter_for_worker
+from workers_app.models import Cluster, Environment, Worker, WorkerCommand
+from workers_app.params import ParameterError, directives_for, validate_params
+from workers_app.schedulers import adapter_class
+from workers_app.schedulers.base import CommandResult, QueryFailed, SchedulerError
+from workers_app.schedulers.ssh import SSHError
 from workers_app.statuses import WorkerStatus
 
 NAME_MAX = 128
@@ -32,6 +34,7 @@ def request_worker(
 ) -> Worker:
     """Validate a worker request and record it as pending; submission follows after commit.
 
+    What will be submitted (partition and directives) is fixed here, from what was validated.
     Raises ParameterError naming the offending field; nothing is stored then.
     """
     found_cluster = Cluster.objects.filter(name=cluster).first()
@@ -49,14 +52,17 @@ def request_worker(
     name = name.strip()
     if len(name) > NAME_MAX or any(ch in name for ch in "\n\r\x00"):
         raise ParameterError("name", f"must be one line of at most {NAME_MAX} characters")
-    pattern = adapter_class(found_cluster.scheduler).directive_pattern
-    resolved = validate_params(env, params or {}, directive_pattern=pattern)
+    account = acting_account(owner, found_cluster)
+    resolved = validate_params(env, params or {}, scheduler=adapter_class(found_cluster.scheduler))
     now = timezone.now()
     worker = Worker(
         owner=owner,
         cluster=found_cluster,
         environment=env,
+        account=account,
         params=resolved,
+        job_partition=env.partition,
+        job_directives=directives_for(env, resolved),
         created_at=now,
         deadline_at=lifecycle.initial_deadline(now),
         next_attempt_at=now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE),
@@ -65,17 +71,14 @@ def request_worker(
     with transaction.atomic():
         worker.save()
         lifecycle.record_event(worker, "Requested")
-        worker_id = worker.pk
-        from workers_app import tasks
-
-        transaction.on_commit(lambda: tasks.submit_worker.delay(worker_id))
+        effects.submit_worker(worker.pk)
     return worker
 
 
 def delete_worker(worker: Worker, *, reason: str = lifecycle.REASON_DELETED) -> bool:
     """Delete a worker: its sessions go, its job is cancelled; the row stays for the history."""
     with transaction.atomic():
-        sessions.delete_sessions_of_worker(worker.pk)
+        signals.worker_deleted.send(sender=Worker, worker=worker)
         return lifecycle.request_stop(worker, reason=reason)
 
 
@@ -91,11 +94,26 @@ class WorkerNotReady(Exception):
     """Commands run only on a worker whose node is known and whose agent is connected."""
 
 
-def run_on_worker(worker: Worker, argv: list[str]) -> CommandResult:
-    """Run one command on the worker's node, inside its job, through the cluster's SSH."""
+def run_on_worker(worker: Worker, argv: list[str], *, user: User) -> CommandResult:
+    """Run one command on the worker's node, inside its job, as the job's own account.
+
+    The node is the one the scheduler reports for the job, never the agent's claim. Every
+    command is recorded (who, worker, command, when, exit status) for operators.
+    """
     if worker.status != WorkerStatus.CONNECTED or not worker.scheduler_job_id:
         raise WorkerNotReady(f"worker {worker.public_id} is {worker.status}, not connected")
     if not argv or any("\x00" in arg for arg in argv):
         raise ParameterError("command", "must be a non-empty list of arguments without NULs")
-    adapter = adapter_for(worker.cluster)
-    return adapter.run_in_job(worker.scheduler_job_id, worker.node_hostname, argv)
+    record = WorkerCommand.objects.create(worker=worker, user=user, command=argv)
+    adapter = adapter_for_worker(worker)
+    try:
+        result = adapter.run_in_job(worker.scheduler_job_id, argv)
+    except (SSHError, QueryFailed, SchedulerError, ValueError) as exc:
+        WorkerCommand.objects.filter(pk=record.pk).update(
+            finished_at=timezone.now(), error=str(exc)[:512]
+        )
+        raise
+    WorkerCommand.objects.filter(pk=record.pk).update(
+        finished_at=timezone.now(), exit_status=result.exit_status
+    )
+    return result

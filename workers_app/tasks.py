@@ -1,14 +1,19 @@
-"""Celery tasks: thin wrappers over the services in ``jobs`` and ``sweeps``."""
+"""Celery tasks: thin wrappers over the services in ``jobs``, ``clusters`` and ``sweeps``."""
 
 from __future__ import annotations
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
-from django.db.models import Q
 
-from workers_app import jobs, sweeps
+from workers_app import clusters, jobs, sweeps
 from workers_app.models import Cluster, Worker
-from workers_app.statuses import WITH_JOB
+
+
+def _fan_out(task: Task, cluster_ids: list[int], *, expires: float) -> int:
+    """One task per cluster; a copy still queued when the next round starts is dropped."""
+    for cluster_id in cluster_ids:
+        task.apply_async((cluster_id,), expires=expires)
+    return len(cluster_ids)
 
 
 @shared_task
@@ -35,14 +40,12 @@ def poll_cluster(cluster_id: int) -> int:
 @shared_task
 def poll_clusters() -> int:
     ids = list(
-        Worker.objects.filter(Q(status__in=WITH_JOB) | Q(cancel_requested=True))
+        Worker.objects.to_poll()
         .order_by("cluster_id")
         .values_list("cluster_id", flat=True)
         .distinct()
     )
-    for cluster_id in ids:
-        poll_cluster.apply_async((cluster_id,), expires=settings.ACTIVATE_POLL_INTERVAL)
-    return len(ids)
+    return _fan_out(poll_cluster, ids, expires=settings.ACTIVATE_POLL_INTERVAL)
 
 
 @shared_task
@@ -69,15 +72,13 @@ def dispatch_pending() -> int:
 
 @shared_task
 def probe_cluster(cluster_id: int) -> bool:
-    return jobs.probe_cluster(cluster_id)
+    return clusters.probe_cluster(cluster_id)
 
 
 @shared_task
 def probe_clusters() -> int:
     ids = list(Cluster.objects.values_list("pk", flat=True))
-    for cluster_id in ids:
-        probe_cluster.apply_async((cluster_id,), expires=settings.ACTIVATE_PROBE_INTERVAL)
-    return len(ids)
+    return _fan_out(probe_cluster, ids, expires=settings.ACTIVATE_PROBE_INTERVAL)
 
 
 @shared_task
@@ -88,6 +89,4 @@ def reconcile_cluster(cluster_id: int) -> list[str]:
 @shared_task
 def reconcile_clusters() -> int:
     ids = list(Cluster.objects.values_list("pk", flat=True))
-    for cluster_id in ids:
-        reconcile_cluster.apply_async((cluster_id,), expires=settings.ACTIVATE_RECONCILE_INTERVAL)
-    return len(ids)
+    return _fan_out(reconcile_cluster, ids, expires=settings.ACTIVATE_RECONCILE_INTERVAL)

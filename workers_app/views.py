@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
-from workers_app.heartbeats import redis_client
+from workers_app.redis_connection import redis_client
 
 
 def health(request: HttpRequest) -> JsonResponse:

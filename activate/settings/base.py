@@ -64,6 +64,8 @@ ACTIVATE_SUBMIT_LEASE = env.number("ACTIVATE_SUBMIT_LEASE", 60, minimum=1)
 ACTIVATE_SSH_CONNECT_TIMEOUT = env.number("ACTIVATE_SSH_CONNECT_TIMEOUT", 10, minimum=0.1)
 ACTIVATE_SSH_COMMAND_TIMEOUT = env.number("ACTIVATE_SSH_COMMAND_TIMEOUT", 60, minimum=0.1)
 ACTIVATE_SSH_MAX_CHANNELS = env.integer("ACTIVATE_SSH_MAX_CHANNELS", 8, minimum=1)
+ACTIVATE_SSH_IDLE_TIMEOUT = env.number("ACTIVATE_SSH_IDLE_TIMEOUT", 600, minimum=1)
+ACTIVATE_SSH_MAX_CONNECTIONS = env.integer("ACTIVATE_SSH_MAX_CONNECTIONS", 64, minimum=1)
 
 # An agent must be able to miss one beat without being declared lost.
 require_less_than(

@@ -22,7 +22,14 @@ def test_clusters_show_name_scheduler_and_reachability_but_no_connection_details
 
     assert response.status_code == 200
     [shown] = response.json()["results"]
-    assert set(shown) == {"name", "scheduler", "reachability", "last_contact_at"}
+    assert set(shown) == {
+        "name",
+        "scheduler",
+        "reachability",
+        "last_contact_at",
+        "shared",
+        "account",
+    }
     assert shown["name"] == "test-slurm"
     assert shown["scheduler"] == "slurm"
     assert shown["reachability"] == "online"

@@ -34,6 +34,8 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
         "/api/me/",
         "/api/clusters/",
         "/api/clusters/{name}/",
+        "/api/clusters/{name}/account/",
+        "/api/clusters/{name}/account/verify/",
         "/api/clusters/{cluster}/environments/",
         "/api/clusters/{cluster}/environments/{name}/",
         "/api/workers/",
@@ -47,7 +49,14 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
         "description": "An API key from `manage.py create_api_key` or the web UI.",
     }
     cluster_fields = set(schema["components"]["schemas"]["Cluster"]["properties"])
-    assert cluster_fields == {"name", "scheduler", "reachability", "last_contact_at"}
+    assert cluster_fields == {
+        "name",
+        "scheduler",
+        "reachability",
+        "last_contact_at",
+        "shared",
+        "account",
+    }
 
 
 def test_docs_page_loads_swagger_ui_from_our_own_static_files() -> None:

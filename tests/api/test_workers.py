@@ -114,7 +114,7 @@ def test_create_names_the_worker_after_its_environment_by_default(
                 "params": {"account": "p", "walltime": "1 hour"},
             },
             "walltime",
-            "does not match",
+            "is not a valid value",
         ),
         (
             {

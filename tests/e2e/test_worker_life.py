@@ -11,8 +11,8 @@ from harness.cluster import SshTarget, squeue_names
 from harness.platform import FAST_KNOBS, Platform
 from harness.waiting import wait_for
 from workers_app import services
-from workers_app.heartbeats import redis_client
 from workers_app.models import Environment, Worker
+from workers_app.redis_connection import redis_client
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus

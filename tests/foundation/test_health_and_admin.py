@@ -26,14 +26,14 @@ def test_health_reports_database_and_redis(client: Client) -> None:
 
 @pytest.mark.django_db
 def test_health_reports_redis_down(client: Client, settings: object) -> None:
-    from workers_app import heartbeats
+    from workers_app import redis_connection
 
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]
-    heartbeats._client.cache_clear()
+    redis_connection._client.cache_clear()
     try:
         response = client.get("/health/")
     finally:
-        heartbeats._client.cache_clear()
+        redis_connection._client.cache_clear()
     assert response.status_code == 503
     assert response.json()["redis"].startswith("error")
 

@@ -9,9 +9,8 @@ from django.test import Client
 
 from tests.factories import WorkerFactory
 from workers_app import lifecycle
-from workers_app.agent_service import new_agent_secret
 from workers_app.heartbeats import HeartbeatStore
-from workers_app.models import Worker, WorkerEvent
+from workers_app.models import Worker, WorkerEvent, new_agent_secret
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus

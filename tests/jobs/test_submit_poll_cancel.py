@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from tests.conftest import SshTarget
 from tests.jobs.conftest import sbatch_as, squeue_ids
-from workers_app import jobs, lifecycle
+from workers_app import clusters, jobs, lifecycle
 from workers_app.models import Cluster, Reachability, Worker, job_name_for
 from workers_app.schedulers import slurm, ssh
 from workers_app.statuses import WorkerStatus
@@ -157,7 +157,7 @@ def test_while_the_ssh_server_is_down_workers_stay_pending_then_are_sent_when_it
     new_worker, environment, ssh_target: SshTarget
 ) -> None:
     cluster: Cluster = environment.cluster
-    assert jobs.probe_cluster(cluster.pk)
+    assert clusters.probe_cluster(cluster.pk)
     subprocess.run(["bash", "scripts/testcluster.sh", "stop-sshd"], check=True, timeout=60)
     try:
         workers = [new_worker(), new_worker()]
@@ -168,10 +168,10 @@ def test_while_the_ssh_server_is_down_workers_stay_pending_then_are_sent_when_it
             assert worker.status_reason.startswith(f"Waiting for cluster {cluster.name}")
         cluster.refresh_from_db()
         assert cluster.reachability == Reachability.OFFLINE
-        assert not jobs.probe_cluster(cluster.pk)
+        assert not clusters.probe_cluster(cluster.pk)
     finally:
         subprocess.run(["bash", "scripts/testcluster.sh", "start-sshd"], check=True, timeout=60)
-    assert jobs.probe_cluster(cluster.pk)
+    assert clusters.probe_cluster(cluster.pk)
     cluster.refresh_from_db()
     assert cluster.reachability == Reachability.ONLINE
     for worker in workers:
@@ -236,7 +236,7 @@ def test_probe_detects_partitions_as_environments_with_node_counts(
     ssh_target: SshTarget,
 ) -> None:
     cluster = make_cluster(name="probed")
-    assert jobs.probe_cluster(cluster.pk)
+    assert clusters.probe_cluster(cluster.pk)
     env = cluster.environments.get(name=ssh_target.partition)
     assert env.source == "auto" and env.nodes_total == 1
     assert {f.name for f in env.fields.all()} == {
@@ -256,13 +256,21 @@ def test_a_command_runs_on_a_connected_workers_node_inside_its_job(
     from workers_app import services
 
     worker = new_worker()
+    owner = worker.owner
     with pytest.raises(services.WorkerNotReady):
-        services.run_on_worker(worker, ["hostname"])
+        services.run_on_worker(worker, ["hostname"], user=owner)
     jobs.submit_worker(worker.pk)
     poll_until(worker, {S.STARTING})
-    lifecycle.mark_connected(worker, hostname=worker.node_hostname)
-    result = services.run_on_worker(worker, ["sh", "-c", 'echo "$SLURM_JOB_ID on $(hostname)"'])
+    lifecycle.mark_connected(worker, hostname="a-node-the-agent-made-up")
+    result = services.run_on_worker(
+        worker, ["sh", "-c", 'echo "$SLURM_JOB_ID on $(hostname)"'], user=owner
+    )
     assert result.exit_status == 0
     assert result.stdout.strip() == f"{worker.scheduler_job_id} on {socket.gethostname()}"
-    hostile = services.run_on_worker(worker, ["echo", "$(id); `id`; a'b"])
+    hostile = services.run_on_worker(worker, ["echo", "$(id); `id`; a'b"], user=owner)
     assert hostile.stdout.strip() == "$(id); `id`; a'b"
+    recorded = list(worker.commands.order_by("started_at").values_list("command", "exit_status"))
+    assert recorded == [
+        (["sh", "-c", 'echo "$SLURM_JOB_ID on $(hostname)"'], 0),
+        (["echo", "$(id); `id`; a'b"], 0),
+    ]

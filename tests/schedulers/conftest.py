@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SshTarget
+from workers_app.connections import close_all_connections
 from workers_app.schedulers.base import CommandResult, JobInfo, Phase, SchedulerAdapter
-from workers_app.schedulers.ssh import SSHConnection, close_all_connections
+from workers_app.schedulers.ssh import SSHConnection
 
 DATA = Path(__file__).parent / "data"
 

@@ -14,12 +14,13 @@ from workers_app.schedulers.ssh import SSHConnection
 HOSTILE = 'it\'s "quoted" $(touch ~/pwned) `id` ; rm -rf ~ \n second line \\ end'
 
 
-def script(name: str = "job-1", walltime: str | None = "00:00:30", command: str = "true") -> str:
-    adapter = HostAdapter(FakeRunner())
+def job(name: str = "job-1", walltime: str | None = "00:00:30", command: str = "true") -> JobSpec:
     directives = [f"--time={walltime}"] if walltime else []
-    return adapter.render_script(
-        JobSpec(name=name, partition="", directives=directives, command=command)
-    )
+    return JobSpec(name=name, partition="", directives=directives, command=command)
+
+
+def script(name: str = "job-1", walltime: str | None = "00:00:30", command: str = "true") -> str:
+    return HostAdapter(FakeRunner()).render_script(job(name, walltime, command))
 
 
 # -- parsing --------------------------------------------------------------------------------
@@ -122,7 +123,7 @@ def test_job_runs_on_the_host_and_is_cancelled_with_its_children(
     host: HostAdapter, ssh: SSHConnection, started: list[str], unique: str
 ) -> None:
     # The job starts a grandchild: cancelling must end the whole process group.
-    job_id = host.submit(script(unique + "run", "00:10:00", "sleep 300 & sleep 300; wait"))
+    job_id = host.submit(job(unique + "run", "00:10:00", "sleep 300 & sleep 300; wait"))
     started.append(job_id)
     info = host.query([job_id]).get(job_id)
     assert info is not None and (info.phase, info.name) == (Phase.RUNNING, unique + "run")
@@ -142,8 +143,8 @@ def test_job_runs_on_the_host_and_is_cancelled_with_its_children(
 
 @pytest.mark.slurm
 def test_exit_status_and_failure(host: HostAdapter, started: list[str], unique: str) -> None:
-    good = host.submit(script(unique + "ok", command="true"))
-    bad = host.submit(script(unique + "bad", command="exit 3"))
+    good = host.submit(job(unique + "ok", command="true"))
+    bad = host.submit(job(unique + "bad", command="exit 3"))
     started += [good, bad]
     assert wait_for(host, good, has_ended, timeout=10, interval=0.2) is not None
     info = wait_for(host, bad, has_ended, timeout=10, interval=0.2)
@@ -160,7 +161,7 @@ def test_exit_status_and_failure(host: HostAdapter, started: list[str], unique: 
 def test_wall_time_limit_ends_the_job_as_timeout(
     host: HostAdapter, started: list[str], unique: str
 ) -> None:
-    job_id = host.submit(script(unique + "slow", "00:00:02", "sleep 60"))
+    job_id = host.submit(job(unique + "slow", "00:00:02", "sleep 60"))
     started.append(job_id)
     assert is_running(host.query([job_id]).get(job_id))
     info = wait_for(host, job_id, has_ended, timeout=15, interval=0.5)
@@ -172,7 +173,7 @@ def test_wall_time_limit_ends_the_job_as_timeout(
 def test_query_of_many_ids_is_one_command(
     host: HostAdapter, ssh: SSHConnection, started: list[str], unique: str
 ) -> None:
-    job_id = host.submit(script(unique + "q", "00:01:00", "sleep 30"))
+    job_id = host.submit(job(unique + "q", "00:01:00", "sleep 30"))
     started.append(job_id)
     ids = [job_id] + [f"nosuchjob-{n}" for n in range(199)]
     before = ssh.commands_run
@@ -185,7 +186,7 @@ def test_query_of_many_ids_is_one_command(
 def test_hostile_environment_value_reaches_the_host_job_verbatim(
     host: HostAdapter, ssh: SSHConnection, started: list[str], unique: str
 ) -> None:
-    text = host.render_script(
+    job_id = host.submit(
         JobSpec(
             name=unique + "env",
             partition="",
@@ -194,7 +195,6 @@ def test_hostile_environment_value_reaches_the_host_job_verbatim(
             command='printf "%s" "$HOSTILE"',
         )
     )
-    job_id = host.submit(text)
     started.append(job_id)
     wait_for(host, job_id, has_ended, timeout=10, interval=0.2)
     assert ssh.run(["cat", f".activate-jobs/{job_id}/output"]).stdout == HOSTILE

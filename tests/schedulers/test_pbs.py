@@ -10,7 +10,7 @@ import pytest
 
 from tests.schedulers.conftest import FakeRunner, data, failed, ok
 from workers_app.schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
-from workers_app.schedulers.pbs import DIRECTIVE_PATTERN, PbsAdapter, parse_partitions
+from workers_app.schedulers.pbs import PbsAdapter, parse_partitions
 
 ALL_JOBS = [f"{n}.pbs01" for n in range(1001, 1014)]
 
@@ -121,16 +121,19 @@ def test_final_state_of_a_finished_job_and_of_a_forgotten_one() -> None:
     assert PbsAdapter(runner).final_state("1999.pbs01") is None
 
 
-def test_submit_sends_the_script_on_stdin_and_returns_the_full_id() -> None:
+def test_submit_sends_the_script_on_stdin_name_queue_and_output_on_the_command_line() -> None:
     runner = FakeRunner().on("qsub", ok("1014.pbs01\n"))
-    assert PbsAdapter(runner).submit("#!/bin/bash\n#PBS -N x\n") == "1014.pbs01"
-    assert runner.calls[0] == (["qsub"], "#!/bin/bash\n#PBS -N x\n")
+    adapter = PbsAdapter(runner)
+    assert adapter.submit(spec()) == "1014.pbs01"
+    argv, stdin = runner.calls[0]
+    assert argv == ["qsub", "-N", "pw-worker-w2abc", "-j", "oe", "-o", "/dev/null", "-q", "workq"]
+    assert stdin == adapter.render_script(spec())
 
 
 def test_refused_submit_raises_with_qsub_message() -> None:
     runner = FakeRunner().on("qsub", failed("qsub: Unknown queue\n", 168))
     with pytest.raises(SchedulerError, match="Unknown queue"):
-        PbsAdapter(runner).submit("#!/bin/bash\n")
+        PbsAdapter(runner).submit(spec())
 
 
 def test_find_job_uses_qselect_by_name() -> None:
@@ -237,8 +240,12 @@ def test_user_select_replaces_the_default() -> None:
         "-J 1-10",
         "-I",
         "-W block=true",
+        "-W group_list=g1",
+        "-v SECRET=x",
+        "-V",
         "-l mem=1gb\nid",
         "-l x=$(id)",
+        "-l mem=1gb,walltime=99:00:00",
     ],
 )
 def test_directives_that_could_inject_or_untrack_are_refused(directive: str) -> None:
@@ -246,11 +253,27 @@ def test_directives_that_could_inject_or_untrack_are_refused(directive: str) -> 
         PbsAdapter(FakeRunner()).render_script(spec(directives=[directive]))
 
 
-@pytest.mark.parametrize(
-    "directive", ["-l mem=4gb", "-l select=2:ncpus=8", "-W group_list=g1", "-r n"]
-)
+@pytest.mark.parametrize("directive", ["-l mem=4gb", "-l select=2:ncpus=8", "-r n", "-m abe"])
 def test_ordinary_pbs_directives_are_accepted(directive: str) -> None:
-    assert DIRECTIVE_PATTERN.fullmatch(directive)
+    assert PbsAdapter.directive_problem(directive, set_by_fields=frozenset()) is None
+
+
+@pytest.mark.parametrize(
+    ("directive", "option"),
+    [("-A other", "-A"), ("-l walltime=99:00:00", "-l walltime"), ("-l select=9", "-l select")],
+)
+def test_options_a_field_sets_are_refused_in_raw_directives(directive: str, option: str) -> None:
+    fields = frozenset({"-A", "-l walltime", "-l select"})
+    problem = PbsAdapter.directive_problem(directive, set_by_fields=fields)
+    assert problem is not None and option in problem
+
+
+def test_commands_on_a_node_go_to_the_node_the_scheduler_reports_quoted_once() -> None:
+    runner = FakeRunner().on("qstat", ok(data("pbs_qstat_jobs.json"))).on("ssh", ok("x\n"))
+    PbsAdapter(runner).run_in_job("1003.pbs01", ["echo", "$(id); a'b"])
+    argv = runner.calls[-1][0]
+    assert argv[:4] == ["ssh", "-o", "BatchMode=yes", "cn017"]
+    assert argv[4:] == ["--", "echo '$(id); a'\"'\"'b'"]
 
 
 def test_default_fields_render_as_valid_directives() -> None:
@@ -260,4 +283,5 @@ def test_default_fields_render_as_valid_directives() -> None:
         if template.directive:
             value = template.default or "x1"
             assert re.fullmatch(template.pattern, value)
-            assert DIRECTIVE_PATTERN.fullmatch(template.directive.replace("{value}", value))
+            directive = template.directive.replace("{value}", value)
+            assert PbsAdapter.directive_problem(directive, set_by_fields=frozenset()) is None

@@ -32,6 +32,10 @@ def submitted(slurm: SlurmAdapter) -> Iterator[list[str]]:
         slurm.cancel(job_id)
 
 
+# Keeps a job pending: users may not hold their jobs through directives, but may delay them.
+NOT_BEFORE_AN_HOUR = "--begin=now+3600"
+
+
 def submit(
     slurm: SlurmAdapter,
     submitted: list[str],
@@ -42,7 +46,7 @@ def submit(
     directives: tuple[str, ...] = (),
     environment: dict[str, str] | None = None,
 ) -> str:
-    script = slurm.render_script(
+    job_id = slurm.submit(
         JobSpec(
             name=name,
             partition=partition,
@@ -51,7 +55,6 @@ def submit(
             command=command,
         )
     )
-    job_id = slurm.submit(script)
     submitted.append(job_id)
     return job_id
 
@@ -60,13 +63,11 @@ def submit(
 def timeout_job(slurm: SlurmAdapter) -> Iterator[str]:
     """A one-minute job submitted when the module starts, so its end overlaps other tests."""
     job_id = slurm.submit(
-        slurm.render_script(
-            JobSpec(
-                name=f"pwtest-{uuid.uuid4().hex[:8]}-timeout",
-                partition="",
-                directives=["--time=1"],
-                command="sleep 600",
-            )
+        JobSpec(
+            name=f"pwtest-{uuid.uuid4().hex[:8]}-timeout",
+            partition="",
+            directives=["--time=1"],
+            command="sleep 600",
         )
     )
     yield job_id
@@ -122,7 +123,7 @@ def test_job_exiting_3_is_failed_with_exit_code_3(
 def test_find_job_and_platform_jobs_by_name(
     slurm: SlurmAdapter, submitted: list[str], unique: str
 ) -> None:
-    live = submit(slurm, submitted, unique + "live", "sleep 300", directives=("--hold",))
+    live = submit(slurm, submitted, unique + "live", "sleep 300", directives=(NOT_BEFORE_AN_HOUR,))
     done = submit(slurm, submitted, unique + "done", "true")
     wait_for(slurm, done, has_ended)
 
@@ -135,14 +136,16 @@ def test_find_job_and_platform_jobs_by_name(
 def test_query_of_200_ids_is_one_command(
     slurm: SlurmAdapter, ssh: SSHConnection, submitted: list[str], unique: str
 ) -> None:
-    job_id = submit(slurm, submitted, unique + "many", "sleep 300", directives=("--hold",))
+    job_id = submit(
+        slurm, submitted, unique + "many", "sleep 300", directives=(NOT_BEFORE_AN_HOUR,)
+    )
     ids = [job_id] + [str(90_000_000 + n) for n in range(199)]
     before = ssh.commands_run
     result = slurm.query(ids)
     assert ssh.commands_run - before == 1
     assert set(result.jobs) == {job_id}
     info = result.get(job_id)
-    assert info is not None and (info.phase, info.reason) == (Phase.QUEUED, "JobHeldUser")
+    assert info is not None and (info.phase, info.reason) == (Phase.QUEUED, "BeginTime")
 
 
 def test_a_single_unknown_id_is_not_listed(slurm: SlurmAdapter) -> None:
@@ -159,11 +162,9 @@ def test_partitions_of_the_test_cluster(slurm: SlurmAdapter, ssh_target: SshTarg
 
 
 def test_refused_submit_raises_with_slurm_reason(slurm: SlurmAdapter, unique: str) -> None:
-    script = slurm.render_script(
-        JobSpec(name=unique + "bad", partition="no-such-partition", directives=[], command="true")
-    )
+    job = JobSpec(name=unique + "bad", partition="no-such-partition", directives=[], command="true")
     with pytest.raises(SchedulerError, match=r"(?i)partition"):
-        slurm.submit(script)
+        slurm.submit(job)
 
 
 def test_hostile_environment_value_reaches_the_job_verbatim(

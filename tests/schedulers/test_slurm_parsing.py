@@ -11,7 +11,6 @@ import pytest
 from tests.schedulers.conftest import FakeRunner, data, failed, ok
 from workers_app.schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
 from workers_app.schedulers.slurm import (
-    DIRECTIVE_PATTERN,
     STATES,
     WALLTIME_PATTERN,
     SlurmAdapter,
@@ -226,23 +225,32 @@ def test_wait_status_is_shown_as_code_and_signal(raw: str, shown: str) -> None:
 )
 def test_submit_returns_the_parsable_job_id(stdout: str, job_id: str) -> None:
     runner = FakeRunner().on("sbatch", ok(stdout))
-    assert SlurmAdapter(runner).submit("#!/bin/bash\ntrue\n") == job_id
+    adapter = SlurmAdapter(runner)
+    assert adapter.submit(spec()) == job_id
     argv, stdin = runner.calls[0]
-    assert argv == ["sbatch", "--parsable"]
-    assert stdin == "#!/bin/bash\ntrue\n"
+    # Name, output, error and partition on the command line win over anything in the script.
+    assert argv == [
+        "sbatch",
+        "--parsable",
+        "--job-name=pw-worker-w2abc",
+        "--output=/dev/null",
+        "--error=/dev/null",
+        "--partition=debug",
+    ]
+    assert stdin == adapter.render_script(spec())
 
 
 def test_refused_submit_raises_with_sbatch_message() -> None:
     message = "sbatch: error: invalid partition specified: nope\n"
     runner = FakeRunner().on("sbatch", failed(message))
     with pytest.raises(SchedulerError, match="invalid partition specified"):
-        SlurmAdapter(runner).submit("#!/bin/bash\n")
+        SlurmAdapter(runner).submit(spec())
 
 
 def test_submit_with_unreadable_output_raises() -> None:
     runner = FakeRunner().on("sbatch", ok("Submitted batch job 12\n"))
     with pytest.raises(SchedulerError):
-        SlurmAdapter(runner).submit("#!/bin/bash\n")
+        SlurmAdapter(runner).submit(spec())
 
 
 # -- final state ------------------------------------------------------------------------------
@@ -497,6 +505,12 @@ def test_hostile_environment_values_arrive_verbatim_in_bash() -> None:
         ["--array=1-100"],
         ["--wait"],
         ["--partition=vip"],
+        ["--outp=/tmp/x"],
+        ["--job-nam=other"],
+        ["--arr=0-3"],
+        ["--parti=vip"],
+        ["--chdir=/tmp"],
+        ["--export=ALL"],
         ["-N 2"],
         ["--mem=4G", "--export=ALL --uid=0"],
     ],
@@ -511,7 +525,7 @@ def test_directives_that_could_inject_or_untrack_are_refused(directives: list[st
     ["--mem=4G", "--gres=gpu:2", "--constraint=a100", "--exclusive", "--nodelist=n[1-3]"],
 )
 def test_ordinary_directives_are_accepted(directive: str) -> None:
-    assert DIRECTIVE_PATTERN.fullmatch(directive)
+    assert SlurmAdapter.directive_problem(directive, set_by_fields=frozenset()) is None
     assert f"#SBATCH {directive}\n" in SlurmAdapter(FakeRunner()).render_script(
         spec(directives=[directive])
     )
@@ -555,4 +569,16 @@ def test_default_fields_render_as_valid_directives() -> None:
         if template.directive:
             value = template.default or "x1"
             assert re.fullmatch(template.pattern, value)
-            assert DIRECTIVE_PATTERN.fullmatch(template.directive.replace("{value}", value))
+            directive = template.directive.replace("{value}", value)
+            assert SlurmAdapter.directive_problem(directive, set_by_fields=frozenset()) is None
+
+
+@pytest.mark.parametrize(
+    ("directive", "option"),
+    [("--account=other", "account"), ("--time=99:00:00", "time"), ("--nodes=9", "nodes")],
+)
+def test_options_a_field_sets_are_refused_in_raw_directives(directive: str, option: str) -> None:
+    problem = SlurmAdapter.directive_problem(
+        directive, set_by_fields=frozenset({"account", "time", "nodes", "qos"})
+    )
+    assert problem is not None and option in problem

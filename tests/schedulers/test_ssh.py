@@ -14,18 +14,14 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from tests.conftest import SshTarget
 from tests.schedulers.conftest import connection_to
-from workers_app.schedulers import adapter_for
-from workers_app.schedulers import ssh as ssh_module
-from workers_app.schedulers.slurm import SlurmAdapter
+from workers_app.schedulers.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
 from workers_app.schedulers.ssh import (
+    AuthenticationFailed,
     CommandTimeout,
     HostKeyMismatch,
     SSHConnection,
     SSHError,
     commands_run_total,
-    connection_for,
-    fetch_host_key,
-    fingerprint,
 )
 
 pytestmark = pytest.mark.slurm
@@ -174,13 +170,13 @@ def test_closed_port_is_unreachable_quickly(ssh_target: SshTarget) -> None:
 
 def test_unknown_client_key_fails_authentication(ssh_target: SshTarget) -> None:
     stranger = private_text(ed25519.Ed25519PrivateKey.generate())
-    with pytest.raises(SSHError, match="authentication"):
+    with pytest.raises(AuthenticationFailed, match="authentication"):
         connection_to(ssh_target, private_key=stranger).run(["true"])
 
 
 def test_fetch_host_key_returns_the_key_the_cluster_pins(ssh_target: SshTarget) -> None:
     assert fetch_host_key(ssh_target.host, ssh_target.port, timeout=5) == ssh_target.host_key
-    with pytest.raises(SSHError):
+    with pytest.raises(HostKeyUnreadable):
         fetch_host_key(ssh_target.host, CLOSED_PORT, timeout=2)
 
 
@@ -209,50 +205,6 @@ def test_fingerprint_matches_ssh_keygen(ssh_target: SshTarget, tmp_path: Path) -
 def test_fingerprint_refuses_malformed_keys(line: str) -> None:
     with pytest.raises(ValueError):
         fingerprint(line)
-
-
-# -- one connection per cluster and process -------------------------------------------------
-
-
-def test_connection_for_reuses_until_the_cluster_changes(make_cluster, ssh_target) -> None:
-    cluster = make_cluster()
-    first = connection_for(cluster)
-    assert connection_for(cluster) is first
-    assert first.run(["true"]).exit_status == 0
-    assert isinstance(adapter_for(cluster), SlurmAdapter)
-    assert adapter_for(cluster).runner is first
-
-    cluster.port = CLOSED_PORT
-    cluster.save()
-    second = connection_for(cluster)
-    assert second is not first and second.port == CLOSED_PORT
-    assert not first.is_connected  # the superseded connection is closed
-
-    other = make_cluster(name="other-slurm")
-    assert connection_for(other) is not second
-
-
-def test_connection_for_a_new_host_key_is_a_new_connection(make_cluster) -> None:
-    cluster = make_cluster()
-    first = connection_for(cluster)
-    cluster.host_key = public_line(ed25519.Ed25519PrivateKey.generate())
-    cluster.save()
-    second = connection_for(cluster)
-    assert second is not first
-    with pytest.raises(HostKeyMismatch):
-        second.run(["true"])
-
-
-def test_a_forked_child_starts_without_the_parents_connections(make_cluster) -> None:
-    cluster = make_cluster()
-    parent = connection_for(cluster)
-    parent.run(["true"])
-    ssh_module._forget_connections_after_fork()
-    child = connection_for(cluster)
-    assert child is not parent
-    # Forgetting must not close the parent's session (it belongs to the parent process).
-    assert parent.is_connected
-    parent.close()
 
 
 def test_a_command_that_ignores_stdin_still_reports_its_result(ssh: SSHConnection) -> None:

@@ -5,7 +5,14 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from workers_app.models import Cluster, Environment, EnvironmentField, Worker, WorkerEvent
+from workers_app.models import (
+    Cluster,
+    ClusterAccount,
+    Environment,
+    EnvironmentField,
+    Worker,
+    WorkerEvent,
+)
 from workers_app.services import NAME_MAX
 
 
@@ -25,12 +32,50 @@ class UserSerializer(serializers.Serializer[Any]):
     is_staff = serializers.BooleanField()
 
 
+class ClusterAccountSerializer(serializers.ModelSerializer[ClusterAccount]):
+    verified = serializers.BooleanField(source="is_verified", read_only=True)
+
+    class Meta:
+        model = ClusterAccount
+        # The private key never leaves the server; the public line is what the user installs.
+        fields = [
+            "remote_username",
+            "verified",
+            "verified_at",
+            "public_key",
+            "origin",
+            "last_error",
+        ]
+        read_only_fields = fields
+
+
+class ClusterAccountCreateSerializer(serializers.Serializer[None]):
+    remote_username = serializers.CharField(max_length=64, help_text="Your user name there.")
+    private_key = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=16384,
+        trim_whitespace=False,
+        help_text="Your own private key; leave it out and the platform generates a key pair.",
+    )
+
+
 class ClusterSerializer(serializers.ModelSerializer[Cluster]):
+    account = serializers.SerializerMethodField(
+        help_text="Your own account on this cluster, if any (null on a shared cluster too)."
+    )
+
     class Meta:
         model = Cluster
         # Deliberately an allowlist: host, user and key material never leave the server.
-        fields = ["name", "scheduler", "reachability", "last_contact_at"]
+        fields = ["name", "scheduler", "reachability", "last_contact_at", "shared", "account"]
         read_only_fields = fields
+
+    @extend_schema_field(ClusterAccountSerializer(allow_null=True))
+    def get_account(self, cluster: Cluster) -> dict[str, Any] | None:
+        mine = getattr(cluster, "my_accounts", [])
+        return ClusterAccountSerializer(mine[0]).data if mine else None
 
 
 class EnvironmentFieldSerializer(serializers.ModelSerializer[EnvironmentField]):

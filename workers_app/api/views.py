@@ -11,22 +11,24 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from workers_app import services
+from workers_app import accounts, services
 from workers_app.api.errors import ApiErrorsMixin
 from workers_app.api.serializers import (
+    ClusterAccountCreateSerializer,
+    ClusterAccountSerializer,
     ClusterSerializer,
     CommandRequestSerializer,
     CommandResultSerializer,
@@ -37,7 +39,7 @@ from workers_app.api.serializers import (
     WorkerEventSerializer,
     WorkerSerializer,
 )
-from workers_app.models import Cluster, Environment, Worker, WorkerEvent
+from workers_app.models import Cluster, ClusterAccount, Environment, Worker, WorkerEvent
 from workers_app.schedulers.base import QueryFailed, SchedulerError
 from workers_app.schedulers.ssh import SSHError
 from workers_app.statuses import WorkerStatus
@@ -82,7 +84,62 @@ class ClusterViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Cluster]):
     lookup_field = "name"
     lookup_value_regex = ANY_SEGMENT
     # Never load the connection secrets, not even into memory.
-    queryset = Cluster.objects.only("id", "name", "scheduler", "reachability", "last_contact_at")
+    queryset = Cluster.objects.only(
+        "id", "name", "scheduler", "reachability", "last_contact_at", "shared"
+    )
+
+    def get_queryset(self) -> QuerySet[Cluster]:
+        mine = ClusterAccount.objects.filter(user=_user(self.request))
+        return self.queryset.prefetch_related(
+            Prefetch("accounts", queryset=mine, to_attr="my_accounts")
+        )
+
+    def _my_account(self, cluster: Cluster) -> ClusterAccount:
+        account = accounts.account_of(_user(self.request), cluster)
+        if account is None:
+            raise NotFound(f"you have no account on {cluster.name}")
+        return account
+
+    @extend_schema(
+        request=ClusterAccountCreateSerializer,
+        responses={201: ClusterAccountSerializer, 400: ErrorSerializer, **NOT_FOUND},
+        methods=["POST"],
+        description="Connect your own account on the cluster. Without a private key the "
+        "platform generates a key pair: install `public_key` in ~/.ssh/authorized_keys there, "
+        "then verify.",
+    )
+    @extend_schema(
+        responses={204: None, 400: ErrorSerializer, **NOT_FOUND},
+        methods=["DELETE"],
+        description="Forget your account on the cluster (refused while workers run as it).",
+    )
+    @action(detail=True, methods=["post", "delete"], url_path="account")
+    def account(self, request: Request, **kwargs: str) -> Response:
+        cluster = self.get_object()
+        if request.method == "DELETE":
+            accounts.disconnect_account(self._my_account(cluster))
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        body = ClusterAccountCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        account = accounts.connect_account(
+            _user(request),
+            cluster,
+            remote_username=body.validated_data["remote_username"],
+            private_key=body.validated_data["private_key"],
+        )
+        return Response(ClusterAccountSerializer(account).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=None,
+        responses={200: ClusterAccountSerializer, **NOT_FOUND},
+        description="Try the login of your account now; `verified` and `last_error` say how "
+        "it went.",
+    )
+    @action(detail=True, methods=["post"], url_path="account/verify")
+    def verify(self, request: Request, **kwargs: str) -> Response:
+        account = self._my_account(self.get_object())
+        accounts.verify_account(account)
+        return Response(ClusterAccountSerializer(account).data)
 
 
 @extend_schema_view(
@@ -198,6 +255,7 @@ class WorkerViewSet(
         responses={
             200: CommandResultSerializer,
             400: ErrorSerializer,
+            403: ErrorSerializer,
             409: ErrorSerializer,
             502: ErrorSerializer,
             **NOT_FOUND,
@@ -207,10 +265,18 @@ class WorkerViewSet(
     def run_command(self, request: Request, **kwargs: str) -> Response:
         """Run one command on a connected worker's node, inside its job (what `pw ssh` uses)."""
         worker = self.get_object()
+        if worker.owner_id != _user(request).pk:
+            # Staff see every worker; a command runs as the owner's own account, so only they.
+            return Response(
+                {"field": None, "detail": "only the worker's owner may run commands on it"},
+                status=status.HTTP_403_FORBIDDEN,
+            )
         body = CommandRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            result = services.run_on_worker(worker, body.validated_data["command"])
+            result = services.run_on_worker(
+                worker, body.validated_data["command"], user=_user(request)
+            )
         except services.WorkerNotReady as exc:
             return Response({"field": None, "detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         except (SSHError, QueryFailed, SchedulerError) as exc:

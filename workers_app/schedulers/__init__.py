@@ -1,32 +1,21 @@
-"""Scheduler adapters behind one interface, and the SSH transport they share."""
+"""Scheduler adapters behind one interface (base.py); the SSH transport they run over (ssh.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from workers_app.schedulers.base import SchedulerAdapter
+from workers_app.schedulers.host import HostAdapter
+from workers_app.schedulers.pbs import PbsAdapter
+from workers_app.schedulers.slurm import SlurmAdapter
 
-if TYPE_CHECKING:
-    from workers_app.models import Cluster
+ADAPTERS: dict[str, type[SchedulerAdapter]] = {
+    "slurm": SlurmAdapter,
+    "pbs": PbsAdapter,
+    "host": HostAdapter,
+}
 
 
 def adapter_class(kind: str) -> type[SchedulerAdapter]:
-    from workers_app.schedulers.host import HostAdapter
-    from workers_app.schedulers.pbs import PbsAdapter
-    from workers_app.schedulers.slurm import SlurmAdapter
-
-    classes: dict[str, type[SchedulerAdapter]] = {
-        "slurm": SlurmAdapter,
-        "pbs": PbsAdapter,
-        "host": HostAdapter,
-    }
     try:
-        return classes[kind]
+        return ADAPTERS[kind]
     except KeyError:
         raise ValueError(f"unknown scheduler kind {kind!r}") from None
-
-
-def adapter_for(cluster: Cluster) -> SchedulerAdapter:
-    from workers_app.schedulers.ssh import connection_for
-
-    return adapter_class(cluster.scheduler)(connection_for(cluster))

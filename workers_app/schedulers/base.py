@@ -6,7 +6,7 @@ import enum
 import re
 import shlex
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 
@@ -82,6 +82,30 @@ class FieldTemplate:
     pattern: str = ""
     required: bool = False
     kind: str = "value"
+    example: str = ""
+
+
+@dataclass(frozen=True)
+class FieldSyntax:
+    """How one scheduler spells a standard field; unset parts keep the standard's."""
+
+    directive: str = ""
+    pattern: str = ""
+    example: str = ""
+
+
+NAME_PATTERN = r"[A-Za-z0-9_.-]+"
+# The fields an auto-detected environment offers, whatever the scheduler; each adapter says
+# which it supports and how (``field_syntax``).
+STANDARD_FIELDS = (
+    FieldTemplate(name="walltime", label="Wall Time", default="01:00:00", example="04:00:00"),
+    FieldTemplate(
+        name="numNodes", label="Nodes", default="1", pattern=r"[1-9][0-9]{0,4}", example="2"
+    ),
+    FieldTemplate(name="account", label="Account", pattern=NAME_PATTERN, example="proj123"),
+    FieldTemplate(name="qos", label="QoS", pattern=NAME_PATTERN, example="normal"),
+    FieldTemplate(name="directives", label="Scheduler directives", kind="directives"),
+)
 
 
 @dataclass(frozen=True)
@@ -101,11 +125,52 @@ ENVIRONMENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class SchedulerAdapter(ABC):
     kind: str
     directive_prefix: str
-    # What one line of a user's raw directives must look like for this scheduler.
-    directive_pattern: re.Pattern[str]
+    field_syntax: dict[str, FieldSyntax]
+    # Options a user may set in raw directives, by full name (``option_of`` spells them). An
+    # allowlist: schedulers accept any unique prefix of a long option, so no denylist holds.
+    allowed_options: frozenset[str]
 
     def __init__(self, runner: CommandRunner) -> None:
         self.runner = runner
+
+    def default_fields(self) -> list[FieldTemplate]:
+        """Fields of an auto-detected environment, in this scheduler's terms."""
+        fields = []
+        for template in STANDARD_FIELDS:
+            syntax = self.field_syntax.get(template.name)
+            if syntax is None:
+                continue
+            fields.append(
+                replace(
+                    template,
+                    directive=syntax.directive,
+                    pattern=syntax.pattern or template.pattern,
+                    example=syntax.example or template.example,
+                )
+            )
+        return fields
+
+    @classmethod
+    @abstractmethod
+    def option_of(cls, directive: str) -> str | None:
+        """The option a directive line sets (e.g. "time" for --time=1:00), or None if the
+        line is not one well-formed option with a safe value."""
+
+    @classmethod
+    def directive_problem(cls, directive: str, *, set_by_fields: frozenset[str]) -> str | None:
+        """Why a user's raw directive is refused, or None when it may go into a job script."""
+        option = cls.option_of(directive)
+        if option is None:
+            return f"{directive!r} is not a single scheduler option with a plain value"
+        if option in set_by_fields:
+            return f"{directive!r} sets {option}, which a field of this environment sets"
+        if option not in cls.allowed_options:
+            return f"{directive!r}: option {option} is not one users may set"
+        return None
+
+    def submit_options(self, spec: JobSpec) -> list[str]:
+        """Options given on the submit command line, where they win over the script's."""
+        return []
 
     def render_script(self, spec: JobSpec) -> str:
         self.check_spec(spec)
@@ -127,8 +192,9 @@ class SchedulerAdapter(ABC):
         if spec.partition and not SAFE_VALUE.fullmatch(spec.partition):
             raise SchedulerError(f"partition {spec.partition!r} is not allowed")
         for directive in spec.directives:
-            if not self.directive_pattern.fullmatch(directive):
-                raise SchedulerError(f"directive {directive!r} is not allowed")
+            problem = self.directive_problem(directive, set_by_fields=frozenset())
+            if problem:
+                raise SchedulerError(f"directive refused: {problem}")
         for key, value in spec.environment.items():
             if not ENVIRONMENT_NAME.fullmatch(key):
                 raise SchedulerError(f"environment variable name {key!r} is not allowed")
@@ -142,12 +208,9 @@ class SchedulerAdapter(ABC):
         """Directives the platform always sets (job name, partition, output)."""
 
     @abstractmethod
-    def default_fields(self) -> list[FieldTemplate]:
-        """Fields of an auto-detected environment: walltime, numNodes, account, qos, directives."""
-
-    @abstractmethod
-    def submit(self, script: str) -> str:
-        """Submit a job script (sent on stdin); returns the job id. SchedulerError if refused."""
+    def submit(self, spec: JobSpec) -> str:
+        """Submit the job (its script sent on stdin); returns the job id. SchedulerError if
+        refused."""
 
     @abstractmethod
     def find_job(self, name: str) -> str | None:
@@ -174,5 +237,6 @@ class SchedulerAdapter(ABC):
         """Partitions (queues) with node counts, for auto-detected environments."""
 
     @abstractmethod
-    def run_in_job(self, job_id: str, node: str, argv: list[str]) -> CommandResult:
-        """Run a command on the job's node, inside its allocation where the scheduler allows."""
+    def run_in_job(self, job_id: str, argv: list[str]) -> CommandResult:
+        """Run a command on the job's node (the one the scheduler reports), inside its
+        allocation where the scheduler allows. SchedulerError if the job is not running."""

@@ -20,7 +20,7 @@ import time
 from workers_app.schedulers.base import (
     SAFE_VALUE,
     CommandResult,
-    FieldTemplate,
+    FieldSyntax,
     JobInfo,
     JobSpec,
     Partition,
@@ -37,7 +37,8 @@ JOBS_DIR = ".activate-jobs"
 RETENTION_DAYS = 7
 JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 WALLTIME = re.compile(r"^([0-9]{1,4}):([0-5][0-9]):([0-5][0-9])$")
-DIRECTIVE_PATTERN = re.compile(r"--time=[0-9]{1,4}:[0-5][0-9]:[0-5][0-9]")
+WALLTIME_PATTERN = r"[0-9]{1,4}:[0-5][0-9]:[0-5][0-9]"
+TIME_OPTION = re.compile(rf"--time={WALLTIME_PATTERN}")
 TIMEOUT_EXIT_STATUSES = {"124", "137"}  # timeout's own status; 137 when -k had to KILL
 KILL_AFTER = 10  # seconds between TERM and KILL, for timeouts and cancels alike
 
@@ -226,23 +227,18 @@ def new_job_id() -> str:
 class HostAdapter(SchedulerAdapter):
     kind = "host"
     directive_prefix = "#ACTIVATE"
-    directive_pattern = DIRECTIVE_PATTERN
+    allowed_options = frozenset({"time"})
+    field_syntax = {"walltime": FieldSyntax("--time={value}", WALLTIME_PATTERN)}
+
+    @classmethod
+    def option_of(cls, directive: str) -> str | None:
+        return "time" if TIME_OPTION.fullmatch(directive) else None
 
     def header_directives(self, spec: JobSpec) -> list[str]:
         return [f"--job-name={spec.name}"]
 
-    def default_fields(self) -> list[FieldTemplate]:
-        return [
-            FieldTemplate(
-                name="walltime",
-                label="Wall time (HH:MM:SS)",
-                directive="--time={value}",
-                default="01:00:00",
-                pattern=r"[0-9]{1,4}:[0-5][0-9]:[0-5][0-9]",
-            )
-        ]
-
-    def submit(self, script: str) -> str:
+    def submit(self, spec: JobSpec) -> str:
+        script = self.render_script(spec)
         name, limit = parse_header(script)
         job_id = new_job_id()
         result = self.runner.run(
@@ -312,7 +308,7 @@ class HostAdapter(SchedulerAdapter):
                 result.stderr.strip()[:500] or f"cancel exited {result.exit_status}"
             )
 
-    def run_in_job(self, job_id: str, node: str, argv: list[str]) -> CommandResult:
+    def run_in_job(self, job_id: str, argv: list[str]) -> CommandResult:
         if not JOB_ID.fullmatch(job_id):
             raise ValueError(f"not a host job id: {job_id!r}")
         # The host is the node: the command runs beside the job.

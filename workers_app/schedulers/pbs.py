@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shlex
 from typing import Any
 
 from workers_app.schedulers.base import (
     SAFE_VALUE,
     CommandResult,
-    FieldTemplate,
+    FieldSyntax,
     JobInfo,
     JobSpec,
     Partition,
@@ -56,13 +57,20 @@ JOB_ID = re.compile(r"^[0-9]+(?:\[[0-9]*\])?(?:\.[A-Za-z0-9_.-]+)?$")
 NAME_ARGUMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]*$")
 UNKNOWN_JOB = re.compile(r"^qstat: Unknown Job Id (\S+)$")
 WALLTIME_PATTERN = r"[0-9]+:[0-5][0-9]:[0-5][0-9]|[0-9]+"
-NAME_PATTERN = r"[A-Za-z0-9_.-]+"
 
-# Options raw directives may not set: name (it carries the worker id), output, queue (the
-# environment's), arrays, interactive/blocking jobs, the directive prefix and the shell.
-DIRECTIVE_PATTERN = re.compile(
-    r"(?!-[CIJNSXeoqu](?: |$))(?!-W block=)-[A-Za-z](?: [A-Za-z0-9_.:,=@%+/\-\[\]]+)?"
+# What users may set in raw directives: a few plain options, and resources of -l by name.
+# Never: the name (it carries the worker id), output, the queue (the environment's), arrays,
+# interactive or blocking jobs (-W block), exported variables (-v, -V), the shell, the prefix.
+ALLOWED_OPTIONS = frozenset(
+    ["-A", "-a", "-m", "-M", "-p", "-r"]
+    + [
+        f"-l {resource}"
+        for resource in "mem vmem ncpus ngpus mpiprocs ompthreads place select walltime".split()
+    ]
 )
+# One option per line; -l takes one resource (a comma would smuggle a second one in).
+OPTION = re.compile(r"(-[A-Za-z])(?: ([A-Za-z0-9_.:,=@%+/\-\[\]]+))?")
+RESOURCE = re.compile(r"([a-z_]+)=[A-Za-z0-9_.:=@%+/\-\[\]]+")
 
 
 def short_id(job_id: str) -> str:
@@ -196,7 +204,25 @@ def _node_free(node: dict[str, Any]) -> bool:
 class PbsAdapter(SchedulerAdapter):
     kind = "pbs"
     directive_prefix = "#PBS"
-    directive_pattern = DIRECTIVE_PATTERN
+    allowed_options = ALLOWED_OPTIONS
+    # PBS has no QOS; the nearest (a queue) is the environment's partition, so no field.
+    field_syntax = {
+        "walltime": FieldSyntax("-l walltime={value}", WALLTIME_PATTERN),
+        "numNodes": FieldSyntax("-l select={value}"),
+        "account": FieldSyntax("-A {value}"),
+        "directives": FieldSyntax(example="-l mem=4gb"),
+    }
+
+    @classmethod
+    def option_of(cls, directive: str) -> str | None:
+        match = OPTION.fullmatch(directive)
+        if match is None:
+            return None
+        flag, value = match.groups()
+        if flag != "-l":
+            return flag
+        resource = RESOURCE.fullmatch(value or "")
+        return f"-l {resource.group(1)}" if resource else None
 
     def header_directives(self, spec: JobSpec) -> list[str]:
         # Output is discarded for the reasons given in SlurmAdapter.header_directives.
@@ -208,35 +234,15 @@ class PbsAdapter(SchedulerAdapter):
             directives.append("-l select=1")
         return directives
 
-    def default_fields(self) -> list[FieldTemplate]:
-        # PBS has no QOS; the nearest (a queue) is the environment's partition, so no field.
-        return [
-            FieldTemplate(
-                name="walltime",
-                label="Wall time (HH:MM:SS or seconds)",
-                directive="-l walltime={value}",
-                default="01:00:00",
-                pattern=WALLTIME_PATTERN,
-            ),
-            FieldTemplate(
-                name="numNodes",
-                label="Number of nodes (chunks)",
-                directive="-l select={value}",
-                default="1",
-                pattern=r"[1-9][0-9]{0,4}",
-            ),
-            FieldTemplate(
-                name="account", label="Account", directive="-A {value}", pattern=NAME_PATTERN
-            ),
-            FieldTemplate(
-                name="directives",
-                label="Extra #PBS options, one per line (e.g. -l mem=4gb)",
-                kind="directives",
-            ),
-        ]
+    def submit_options(self, spec: JobSpec) -> list[str]:
+        options = ["-N", spec.name, "-j", "oe", "-o", "/dev/null"]
+        if spec.partition:
+            options += ["-q", spec.partition]
+        return options
 
-    def submit(self, script: str) -> str:
-        result = self.runner.run(["qsub"], stdin=script)
+    def submit(self, spec: JobSpec) -> str:
+        script = self.render_script(spec)
+        result = self.runner.run(["qsub", *self.submit_options(spec)], stdin=script)
         if result.exit_status != 0:
             raise SchedulerError(result.stderr.strip() or f"qsub exited {result.exit_status}")
         lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
@@ -303,12 +309,18 @@ class PbsAdapter(SchedulerAdapter):
             return
         raise SchedulerError(stderr.strip() or f"qdel exited {result.exit_status}")
 
-    def run_in_job(self, job_id: str, node: str, argv: list[str]) -> CommandResult:
+    def run_in_job(self, job_id: str, argv: list[str]) -> CommandResult:
         self._check_ids([job_id])
+        info = self.query([job_id]).get(job_id)
+        if info is None or info.phase is not Phase.RUNNING or not info.node:
+            raise SchedulerError(f"job {job_id} is not running on a node")
+        node = info.node
         if not SAFE_VALUE.fullmatch(node):
             raise ValueError(f"not a node name: {node!r}")
-        # PBS Pro sites allow SSH from the login node to nodes that run one's own job.
-        return self.runner.run(["ssh", "-o", "BatchMode=yes", node, "--", *argv])
+        # PBS Pro sites allow SSH from the login node to nodes that run one's own job. ssh
+        # hands its command to the node's shell, so argv goes as one quoted word: the node's
+        # shell then parses it exactly once, back into argv.
+        return self.runner.run(["ssh", "-o", "BatchMode=yes", node, "--", shlex.join(argv)])
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         # Jobs of the cluster account only; qselect without -x lists unfinished ones.

@@ -13,7 +13,7 @@ import re
 
 from workers_app.schedulers.base import (
     CommandResult,
-    FieldTemplate,
+    FieldSyntax,
     JobInfo,
     JobSpec,
     Partition,
@@ -73,19 +73,22 @@ WALLTIME_PATTERN = (
     r"[0-9]+|[0-9]+:[0-5]?[0-9]|[0-9]+:[0-5]?[0-9]:[0-5]?[0-9]"
     r"|[0-9]+-[0-9]{1,2}|[0-9]+-[0-9]{1,2}:[0-5]?[0-9]|[0-9]+-[0-9]{1,2}:[0-5]?[0-9]:[0-5]?[0-9]"
 )
-NAME_PATTERN = r"[A-Za-z0-9_.-]+"
 # A job name squeue --name can take (a comma would make it a list).
 NAME_ARGUMENT = re.compile(r"^[A-Za-z0-9_.:=@%+/\-\[\]]+$")
 
-# Options a user may not set through raw directives: they would redirect output, rename the
-# job (its name carries the worker id), submit elsewhere, make several jobs, or block sbatch.
-FORBIDDEN_OPTIONS = (
-    "job-name|output|error|input|array|wrap|wait|parsable|test-only|clusters|partition"
-    "|uid|gid|chdir|export-file|batch"
+# Full names of the sbatch options users may set in raw directives. Never: the job's name
+# (it carries the worker id), output and error, partition (the environment's), arrays, a
+# different cluster, user or working directory, blocking or test-only submission.
+ALLOWED_OPTIONS = frozenset(
+    """account begin comment constraint contiguous core-spec cores-per-socket cpu-freq
+    cpus-per-gpu cpus-per-task deadline distribution exclude exclusive extra-node-info gpu-bind
+    gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres gres-flags hint licenses
+    mail-type mail-user mem mem-bind mem-per-cpu mem-per-gpu mincpus network nice nodelist nodes
+    no-requeue ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket
+    overcommit oversubscribe power priority qos requeue reservation signal sockets-per-node
+    spread-job switches threads-per-core time time-min tmp wckey""".split()
 )
-DIRECTIVE_PATTERN = re.compile(
-    rf"(?!--(?:{FORBIDDEN_OPTIONS})(?:=|$))--[a-z][a-z0-9-]*(?:=[A-Za-z0-9_.:,=@%+/\-\[\]]+)?"
-)
+LONG_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(?:=[A-Za-z0-9_.:,=@%+/\-\[\]]+)?")
 
 QUERY_FORMAT = "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:"
 QUERY_FIELDS = 6
@@ -266,7 +269,19 @@ def _node_takes_jobs(state: str) -> bool:
 class SlurmAdapter(SchedulerAdapter):
     kind = "slurm"
     directive_prefix = "#SBATCH"
-    directive_pattern = DIRECTIVE_PATTERN
+    allowed_options = ALLOWED_OPTIONS
+    field_syntax = {
+        "walltime": FieldSyntax("--time={value}", WALLTIME_PATTERN),
+        "numNodes": FieldSyntax("--nodes={value}"),
+        "account": FieldSyntax("--account={value}"),
+        "qos": FieldSyntax("--qos={value}"),
+        "directives": FieldSyntax(example="--mem=4G"),
+    }
+
+    @classmethod
+    def option_of(cls, directive: str) -> str | None:
+        match = LONG_OPTION.fullmatch(directive)
+        return match.group(1) if match else None
 
     def header_directives(self, spec: JobSpec) -> list[str]:
         # Output goes nowhere: nobody owns cleaning files in users' home directories, the
@@ -280,38 +295,18 @@ class SlurmAdapter(SchedulerAdapter):
             directives.append("--nodes=1")
         return directives
 
-    def default_fields(self) -> list[FieldTemplate]:
-        return [
-            FieldTemplate(
-                name="walltime",
-                label="Wall time (minutes, HH:MM:SS or D-HH:MM:SS)",
-                directive="--time={value}",
-                default="01:00:00",
-                pattern=WALLTIME_PATTERN,
-            ),
-            FieldTemplate(
-                name="numNodes",
-                label="Number of nodes",
-                directive="--nodes={value}",
-                default="1",
-                pattern=r"[1-9][0-9]{0,4}",
-            ),
-            FieldTemplate(
-                name="account", label="Account", directive="--account={value}", pattern=NAME_PATTERN
-            ),
-            FieldTemplate(name="qos", label="QOS", directive="--qos={value}", pattern=NAME_PATTERN),
-            FieldTemplate(
-                name="directives",
-                label="Extra #SBATCH options, one per line (e.g. --mem=4G)",
-                kind="directives",
-            ),
-        ]
-
     def _run(self, argv: list[str], *, stdin: str | None = None) -> CommandResult:
         return self.runner.run(argv, stdin=stdin)
 
-    def submit(self, script: str) -> str:
-        result = self._run(["sbatch", "--parsable"], stdin=script)
+    def submit_options(self, spec: JobSpec) -> list[str]:
+        options = [f"--job-name={spec.name}", "--output=/dev/null", "--error=/dev/null"]
+        if spec.partition:
+            options.append(f"--partition={spec.partition}")
+        return options
+
+    def submit(self, spec: JobSpec) -> str:
+        script = self.render_script(spec)
+        result = self._run(["sbatch", "--parsable", *self.submit_options(spec)], stdin=script)
         if result.exit_status != 0:
             raise SchedulerError(result.stderr.strip() or f"sbatch exited {result.exit_status}")
         lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
@@ -417,7 +412,7 @@ class SlurmAdapter(SchedulerAdapter):
             return
         raise SchedulerError(stderr.strip() or f"scancel exited {result.exit_status}")
 
-    def run_in_job(self, job_id: str, node: str, argv: list[str]) -> CommandResult:
+    def run_in_job(self, job_id: str, argv: list[str]) -> CommandResult:
         if not JOB_ID.fullmatch(job_id):
             raise ValueError(f"not a Slurm job id: {job_id!r}")
         # --overlap shares the allocation's resources with the agent's step instead of waiting.

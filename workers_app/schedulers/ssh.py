@@ -1,33 +1,26 @@
-"""Commands on a cluster's login host over one kept SSH connection per cluster and process.
+"""The SSH transport: commands on a login host over one kept paramiko connection.
 
-Opening an SSH session costs ~0.5 s; a channel on an open one costs milliseconds. So each
-cluster gets one paramiko transport, reused by every adapter call in this process (and by
-every thread: channels are capped by a semaphore so the server's MaxSessions is not hit).
-The server's host key must equal the key pinned on the cluster; there is no known_hosts,
-no agent and no key search.
+Opening an SSH session costs ~0.5 s; a channel on an open one costs milliseconds. So a
+connection keeps its transport and every thread shares it (channels are capped by a semaphore
+so the server's MaxSessions is not hit). The server's host key must equal the pinned one;
+there is no known_hosts, no agent and no key search. This module takes plain values and knows
+nothing of Django: ``workers_app.connections`` decides which connection serves whom.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import io
 import logging
 import os
 import shlex
-import socket
 import threading
 import time
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import paramiko
-from django.conf import settings
 
 from workers_app.schedulers.base import CommandResult
-
-if TYPE_CHECKING:
-    from workers_app.models import Cluster
+from workers_app.schedulers.hostkeys import parse_key_line
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +28,6 @@ KEEPALIVE_INTERVAL = 15
 READ_CHUNK = 65536
 # How often a blocked stdout read wakes up to drain stderr (so neither stream stalls the other).
 POLL_INTERVAL = 0.2
-HOST_KEY_TYPES = (
-    "ssh-ed25519",
-    "ecdsa-sha2-nistp256",
-    "ecdsa-sha2-nistp384",
-    "ecdsa-sha2-nistp521",
-)
 
 
 class SSHError(Exception):
@@ -51,40 +38,19 @@ class HostKeyMismatch(SSHError):
     """The server did not present the pinned host key. Never connect anyway."""
 
 
+class AuthenticationFailed(SSHError):
+    """The server is there and refused this login (wrong user or key)."""
+
+
 class CommandTimeout(SSHError):
     """A command did not finish in time; whether it had an effect is unknown."""
-
-
-def _parse_key_line(line: str) -> tuple[str, bytes]:
-    parts = line.strip().split()
-    if len(parts) < 2:
-        raise ValueError('host key must look like "ssh-ed25519 AAAA..."')
-    key_type, encoded = parts[0], parts[1]
-    try:
-        blob = base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError("host key is not valid base64") from None
-    # The blob starts with its own type name; a mismatch means a mangled or spliced key.
-    if len(blob) < 4:
-        raise ValueError("host key is too short")
-    name_length = int.from_bytes(blob[:4], "big")
-    if blob[4 : 4 + name_length] != key_type.encode():
-        raise ValueError(f"host key data is not a {key_type} key")
-    return key_type, blob
-
-
-def fingerprint(host_key_line: str) -> str:
-    """OpenSSH-style fingerprint ("SHA256:...") of a "type base64" key line. ValueError if bad."""
-    _, blob = _parse_key_line(host_key_line)
-    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-    return f"SHA256:{digest}"
 
 
 def _pinned_key(host_key_line: str) -> paramiko.PKey:
     if not host_key_line.strip():
         raise SSHError("no host key is pinned for this cluster; refusing to connect")
     try:
-        key_type, blob = _parse_key_line(host_key_line)
+        key_type, blob = parse_key_line(host_key_line)
         return paramiko.PKey.from_type_string(key_type, blob)
     except (ValueError, paramiko.SSHException) as exc:
         raise SSHError(f"the pinned host key is unusable: {exc}") from None
@@ -104,27 +70,6 @@ def _private_key(text: str) -> paramiko.PKey:
         except (paramiko.SSHException, ValueError):
             continue
     raise SSHError("the stored private key is not a usable ed25519, ECDSA or RSA key")
-
-
-def fetch_host_key(host: str, port: int, timeout: float) -> str:
-    """The server's host key as "type base64", for an operator to check and pin."""
-    transport: paramiko.Transport | None = None
-    try:
-        sock = socket.create_connection((host, port), timeout=timeout)
-        transport = paramiko.Transport(sock)
-        options = transport.get_security_options()
-        offered = list(options.key_types)
-        options.key_types = [t for t in HOST_KEY_TYPES if t in offered] + [
-            t for t in offered if t not in HOST_KEY_TYPES
-        ]
-        transport.start_client(timeout=timeout)
-        key = transport.get_remote_server_key()
-        return f"{key.get_name()} {key.get_base64()}"
-    except (OSError, EOFError, paramiko.SSHException) as exc:
-        raise SSHError(f"cannot read the host key of {host}:{port}: {exc}") from exc
-    finally:
-        if transport is not None:
-            transport.close()
 
 
 class _PinnedKeyPolicy(paramiko.RejectPolicy):
@@ -198,7 +143,8 @@ class SSHConnection:
         self._count_lock = threading.Lock()
         self.commands_run = 0
         self.connects = 0
-        self.cache_key: tuple[object, ...] = ()
+        self.in_use = 0
+        self.last_used = time.monotonic()
 
     def __repr__(self) -> str:
         return f"<SSHConnection {self.username}@{self.host}:{self.port}>"
@@ -237,7 +183,7 @@ class SSHConnection:
             ) from None
         except paramiko.AuthenticationException as exc:
             client.close()
-            raise SSHError(f"authentication as {self.username} failed: {exc}") from None
+            raise AuthenticationFailed(f"authentication as {self.username} failed: {exc}") from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
             client.close()
             raise SSHError(f"cannot connect to {self.host}:{self.port}: {_why(exc)}") from exc
@@ -306,16 +252,23 @@ class SSHConnection:
         command = shlex.join(argv)
         limit = self.command_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
-        if not self._slots.acquire(timeout=limit):
-            raise CommandTimeout(f"all {self.max_channels} channels to {self.host} stayed busy")
+        with self._count_lock:
+            self.in_use += 1
         try:
-            channel = self._open_channel()
+            if not self._slots.acquire(timeout=limit):
+                raise CommandTimeout(f"all {self.max_channels} channels to {self.host} stayed busy")
             try:
-                return self._execute(channel, command, stdin, deadline)
+                channel = self._open_channel()
+                try:
+                    return self._execute(channel, command, stdin, deadline)
+                finally:
+                    channel.close()
             finally:
-                channel.close()
+                self._slots.release()
         finally:
-            self._slots.release()
+            with self._count_lock:
+                self.in_use -= 1
+                self.last_used = time.monotonic()
 
     def _execute(
         self, channel: paramiko.Channel, command: str, stdin: str | None, deadline: float
@@ -392,58 +345,9 @@ class SSHConnection:
             stderr += data
 
 
-# -- one connection per cluster and process -------------------------------------------------
-
-_connections: dict[object, SSHConnection] = {}
-_connections_lock = threading.Lock()
-
-
-def _connection_key(cluster: Cluster) -> tuple[object, ...]:
-    # Any edit that changes where or how we connect yields a new connection.
-    secret = hashlib.sha256(cluster.private_key_encrypted.encode()).hexdigest()
-    return (cluster.pk, cluster.host, cluster.port, cluster.username, cluster.host_key, secret)
-
-
-def connection_for(cluster: Cluster) -> SSHConnection:
-    """The process-wide connection to this cluster (connects lazily, on the first command)."""
-    key = _connection_key(cluster)
-    with _connections_lock:
-        existing = _connections.get(cluster.pk)
-        if existing is not None and existing.cache_key == key:
-            return existing
-        connection = SSHConnection(
-            host=cluster.host,
-            port=cluster.port,
-            username=cluster.username,
-            private_key=cluster.private_key(),
-            host_key=cluster.host_key,
-            connect_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
-            command_timeout=settings.ACTIVATE_SSH_COMMAND_TIMEOUT,
-            max_channels=settings.ACTIVATE_SSH_MAX_CHANNELS,
-        )
-        connection.cache_key = key
-        _connections[cluster.pk] = connection
-    if existing is not None:
-        existing.close()
-    return connection
-
-
-def close_all_connections() -> None:
-    with _connections_lock:
-        connections = list(_connections.values())
-        _connections.clear()
-    for connection in connections:
-        connection.close()
-
-
-def _forget_connections_after_fork() -> None:
-    # A forked child (Celery prefork) must not touch the parent's sockets or locks: it starts
-    # with no connections, and never closes the inherited ones (that would disconnect the
-    # parent's session).
-    global _connections, _connections_lock, _total_lock
-    _connections = {}
-    _connections_lock = threading.Lock()
+def _forget_counters_after_fork() -> None:
+    global _total_lock
     _total_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_connections_after_fork)
+os.register_at_fork(after_in_child=_forget_counters_after_fork)

@@ -6,20 +6,28 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workers_app import jobs
+from workers_app import clusters
 from workers_app.models import Cluster, SchedulerKind
-from workers_app.schedulers.ssh import SSHError, fetch_host_key, fingerprint
+from workers_app.schedulers.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
 
 
 class Command(BaseCommand):
-    help = "Register a cluster: pin its SSH host key, store its key encrypted, detect environments."
+    help = (
+        "Register a cluster: pin its SSH host key, store its own account's key encrypted (used "
+        "only to detect environments, unless --shared), detect environments."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--host", required=True)
         parser.add_argument("--port", type=int, default=22)
-        parser.add_argument("--user", required=True)
-        parser.add_argument("--key-file", required=True, type=Path)
+        parser.add_argument("--user", default="", help="The cluster's own account (optional).")
+        parser.add_argument("--key-file", type=Path, help="That account's private key.")
+        parser.add_argument(
+            "--shared",
+            action="store_true",
+            help="Every user acts as the cluster's own account (one person or one lab only).",
+        )
         parser.add_argument("--scheduler", required=True, choices=SchedulerKind.values)
         parser.add_argument(
             "--host-key", help='Pin this key ("ssh-ed25519 AAAA...") instead of asking.'
@@ -28,17 +36,23 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         name: str = options["name"]
-        try:
-            pem = options["key_file"].read_text()
-        except OSError as exc:
-            raise CommandError(f"cannot read --key-file: {exc}") from None
-        if "PRIVATE KEY" not in pem:
-            raise CommandError("--key-file does not look like a private key")
+        if bool(options["user"]) != bool(options["key_file"]):
+            raise CommandError("--user and --key-file go together (the cluster's own account)")
+        if options["shared"] and not options["user"]:
+            raise CommandError("--shared needs the account users share: --user and --key-file")
+        pem = ""
+        if options["key_file"]:
+            try:
+                pem = options["key_file"].read_text()
+            except OSError as exc:
+                raise CommandError(f"cannot read --key-file: {exc}") from None
+            if "PRIVATE KEY" not in pem:
+                raise CommandError("--key-file does not look like a private key")
         host_key: str | None = options["host_key"]
         if host_key is None:
             try:
                 host_key = fetch_host_key(options["host"], options["port"], timeout=10)
-            except SSHError as exc:
+            except HostKeyUnreadable as exc:
                 raise CommandError(f"cannot reach {options['host']}: {exc}") from None
             self.stdout.write(f"Host key of {options['host']}:{options['port']}: {host_key}")
             self.stdout.write(f"Fingerprint: {fingerprint(host_key)}")
@@ -58,11 +72,19 @@ class Command(BaseCommand):
             options["user"],
         )
         cluster.scheduler, cluster.host_key = options["scheduler"], host_key
-        cluster.set_private_key(pem)
+        cluster.shared = options["shared"]
+        cluster.private_key_encrypted = ""
+        if pem:
+            cluster.set_private_key(pem)
         cluster.full_clean()
         cluster.save()
-        self.stdout.write(f"Cluster {name} saved with host key {fingerprint(host_key)}")
-        if jobs.probe_cluster(cluster.pk):
+        mode = "shared: every user acts as " + cluster.username if cluster.shared else "per-user"
+        self.stdout.write(
+            f"Cluster {name} saved with host key {fingerprint(host_key)} (accounts: {mode})"
+        )
+        if not pem:
+            self.stdout.write("No account of its own: environments are not detected; add them.")
+        elif clusters.probe_cluster(cluster.pk):
             cluster.refresh_from_db()
             for env in cluster.environments.all():
                 self.stdout.write(

@@ -1,0 +1,88 @@
+"""Which SSH connection serves whom: one per (cluster, account) and process."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from tests.schedulers.test_ssh import CLOSED_PORT, public_line
+from workers_app import connections
+from workers_app.accounts import connect_account
+from workers_app.connections import adapter_for, close_idle_connections, connection_for
+from workers_app.schedulers.slurm import SlurmAdapter
+from workers_app.schedulers.ssh import HostKeyMismatch
+
+pytestmark = pytest.mark.slurm
+
+
+def test_connection_for_reuses_until_the_cluster_changes(make_cluster, ssh_target) -> None:
+    cluster = make_cluster()
+    first = connection_for(cluster)
+    assert connection_for(cluster) is first
+    assert first.run(["true"]).exit_status == 0
+    assert isinstance(adapter_for(cluster), SlurmAdapter)
+    assert adapter_for(cluster).runner is first
+
+    cluster.port = CLOSED_PORT
+    cluster.save()
+    second = connection_for(cluster)
+    assert second is not first and second.port == CLOSED_PORT
+    assert not first.is_connected  # the superseded connection is closed
+
+    other = make_cluster(name="other-slurm")
+    assert connection_for(other) is not second
+
+
+def test_connection_for_a_new_host_key_is_a_new_connection(make_cluster) -> None:
+    cluster = make_cluster()
+    first = connection_for(cluster)
+    cluster.host_key = public_line(ed25519.Ed25519PrivateKey.generate())
+    cluster.save()
+    second = connection_for(cluster)
+    assert second is not first
+    with pytest.raises(HostKeyMismatch):
+        second.run(["true"])
+
+
+def test_a_forked_child_starts_without_the_parents_connections(make_cluster) -> None:
+    cluster = make_cluster()
+    parent = connection_for(cluster)
+    parent.run(["true"])
+    connections._forget_connections_after_fork()
+    child = connection_for(cluster)
+    assert child is not parent
+    # Forgetting must not close the parent's session (it belongs to the parent process).
+    assert parent.is_connected
+    parent.close()
+
+
+def test_each_account_gets_its_own_connection_as_its_own_user(
+    make_cluster, user, ssh_target
+) -> None:
+    cluster = make_cluster(shared=False)
+    account = connect_account(
+        user, cluster, remote_username=ssh_target.user, private_key=ssh_target.private_key
+    )
+    own = connection_for(cluster)
+    as_user = connection_for(cluster, account)
+    assert as_user is not own and connection_for(cluster, account) is as_user
+    assert as_user.run(["id", "-un"]).stdout.strip() == ssh_target.user
+
+
+def test_idle_connections_close_and_the_cap_holds(make_cluster, settings) -> None:
+    settings.ACTIVATE_SSH_MAX_CONNECTIONS = 2
+    first = connection_for(make_cluster(name="c1"))
+    first.run(["true"])
+    second = connection_for(make_cluster(name="c2"))
+    second.run(["true"])
+    third = connection_for(make_cluster(name="c3"))
+    # Over the cap, the least recently used idle connection went.
+    assert not first.is_connected and second.is_connected
+    assert connections.open_connection_count() == 1
+    third.run(["true"])
+    settings.ACTIVATE_SSH_IDLE_TIMEOUT = 0.05
+    time.sleep(0.1)
+    assert close_idle_connections() == 2
+    assert connections.open_connection_count() == 0

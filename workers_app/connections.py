@@ -1,0 +1,129 @@
+"""Which SSH connection serves whom: one per (cluster, account) and process.
+
+A user's commands go over their own cluster account; the cluster's own account serves probes
+and the workers of a shared cluster. Connections open on first use, close after
+ACTIVATE_SSH_IDLE_TIMEOUT without a command, and at most ACTIVATE_SSH_MAX_CONNECTIONS stay
+open per process (the least recently used idle one goes first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+
+from django.conf import settings
+
+from workers_app.models import Cluster, ClusterAccount, Worker
+from workers_app.schedulers import adapter_class
+from workers_app.schedulers.base import SchedulerAdapter
+from workers_app.schedulers.ssh import SSHConnection, SSHError
+
+ConnectionKey = tuple[int, int]  # (cluster id, account id or 0 for the cluster's own)
+
+_connections: dict[ConnectionKey, tuple[tuple[str, ...], SSHConnection]] = {}
+_lock = threading.Lock()
+
+
+def _fingerprint(*parts: object) -> tuple[str, ...]:
+    # Any edit that changes where or how we connect yields a new connection.
+    return tuple(hashlib.sha256(str(part).encode()).hexdigest()[:16] for part in parts)
+
+
+def _login(cluster: Cluster, account: ClusterAccount | None) -> tuple[str, str]:
+    if account is not None:
+        return account.remote_username, account.private_key()
+    if not cluster.username or not cluster.has_private_key:
+        raise SSHError(f"cluster {cluster.name} has no account of its own configured")
+    return cluster.username, cluster.private_key()
+
+
+def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> SSHConnection:
+    """The process-wide connection to ``cluster`` as ``account`` (None: the cluster's own)."""
+    key: ConnectionKey = (cluster.pk, account.pk if account is not None else 0)
+    secret = account.private_key_encrypted if account else cluster.private_key_encrypted
+    user = account.remote_username if account else cluster.username
+    fingerprint = _fingerprint(cluster.host, cluster.port, cluster.host_key, user, secret)
+    stale: list[SSHConnection] = []
+    with _lock:
+        found = _connections.get(key)
+        if found is not None and found[0] == fingerprint:
+            return found[1]
+        if found is not None:
+            stale.append(found[1])
+        username, private_key = _login(cluster, account)
+        connection = SSHConnection(
+            host=cluster.host,
+            port=cluster.port,
+            username=username,
+            private_key=private_key,
+            host_key=cluster.host_key,
+            connect_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
+            command_timeout=settings.ACTIVATE_SSH_COMMAND_TIMEOUT,
+            max_channels=settings.ACTIVATE_SSH_MAX_CHANNELS,
+        )
+        _connections[key] = (fingerprint, connection)
+        stale += _evict_locked(keep=key)
+    for old in stale:
+        old.close()
+    return connection
+
+
+def _evict_locked(*, keep: ConnectionKey) -> list[SSHConnection]:
+    now = time.monotonic()
+    idle = sorted(
+        (conn.last_used, key)
+        for key, (_, conn) in _connections.items()
+        if key != keep and conn.in_use == 0
+    )
+    evicted: list[SSHConnection] = []
+    for last_used, key in idle:
+        over_cap = len(_connections) > settings.ACTIVATE_SSH_MAX_CONNECTIONS
+        if over_cap or now - last_used > settings.ACTIVATE_SSH_IDLE_TIMEOUT:
+            evicted.append(_connections.pop(key)[1])
+    return evicted
+
+
+def close_idle_connections() -> int:
+    """Close connections idle past the limit; returns how many were closed."""
+    with _lock:
+        evicted = _evict_locked(keep=(0, 0))
+    for connection in evicted:
+        connection.close()
+    return len(evicted)
+
+
+def open_connection_count() -> int:
+    with _lock:
+        return sum(1 for _, conn in _connections.values() if conn.is_connected)
+
+
+def close_all_connections() -> None:
+    with _lock:
+        connections = [conn for _, conn in _connections.values()]
+        _connections.clear()
+    for connection in connections:
+        connection.close()
+
+
+def _forget_connections_after_fork() -> None:
+    # A forked child (Celery prefork) must not touch the parent's sockets or locks: it starts
+    # with no connections, and never closes the inherited ones (that would disconnect the
+    # parent's session).
+    global _connections, _lock
+    _connections = {}
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_connections_after_fork)
+
+
+def adapter_for(cluster: Cluster, account: ClusterAccount | None = None) -> SchedulerAdapter:
+    """The cluster's scheduler, spoken to as ``account`` (None: the cluster's own account)."""
+    return adapter_class(cluster.scheduler)(connection_for(cluster, account))
+
+
+def adapter_for_worker(worker: Worker) -> SchedulerAdapter:
+    """A worker's scheduler, as the account its job runs under."""
+    return adapter_for(worker.cluster, worker.account)

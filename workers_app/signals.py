@@ -1,0 +1,10 @@
+"""What other apps may react to; workers_app sends these and imports none of the receivers."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+# A worker reached stopped or error. Arguments: worker (the Worker), failed (bool).
+worker_finished = Signal()
+# A user deleted a worker; sent inside the deleting transaction. Argument: worker.
+worker_deleted = Signal()
