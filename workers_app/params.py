@@ -25,7 +25,7 @@ def _check_directives(
     spec: EnvironmentField,
     value: str,
     scheduler: type[SchedulerAdapter],
-    set_by_fields: frozenset[str],
+    set_by_fields: Mapping[str, str],
 ) -> None:
     if "\x00" in value:
         raise ParameterError(spec.name, "must not contain NUL characters")
@@ -57,14 +57,16 @@ def _check_value(spec: EnvironmentField, value: str) -> None:
 
 def options_set_by_fields(
     fields: Iterable[EnvironmentField], scheduler: type[SchedulerAdapter]
-) -> frozenset[str]:
-    """The scheduler options an environment's own fields set (raw directives may not)."""
-    options = (
-        scheduler.option_of(spec.directive.replace("{value}", "1"))
-        for spec in fields
-        if spec.kind == FieldKind.VALUE and spec.directive
-    )
-    return frozenset(option for option in options if option)
+) -> dict[str, str]:
+    """The scheduler options an environment's own fields set (raw directives may not), with
+    each field's label."""
+    options: dict[str, str] = {}
+    for spec in fields:
+        if spec.kind == FieldKind.VALUE and spec.directive:
+            option = scheduler.option_of(spec.directive.replace("{value}", "1"))
+            if option:
+                options[option] = spec.label or spec.name
+    return options
 
 
 def validate_params(

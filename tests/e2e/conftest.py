@@ -1,13 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 
 from harness.cluster import SshTarget
 from harness.platform import Platform
-from workers_app.models import Cluster, Environment, EnvironmentField
+from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField
 
 
 @pytest.fixture
@@ -34,3 +38,27 @@ def slurm_environment(transactional_db: None, make_cluster, ssh_target: SshTarge
         default="00:10:00",
     )
     return environment
+
+
+PW = Path(sys.executable).with_name("pw")
+
+
+def pw_runner(
+    platform: Platform, user: User, tmp_path: Path
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """The real `pw` as ``user`` (a fresh API key) against the live platform."""
+    _, key = ApiKey.issue(user)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PW_PLATFORM_HOST": platform.url,
+        "PW_API_KEY": key,
+        "PW_POLL_INTERVAL": "0.5",
+    }
+
+    def pw(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(PW), *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    return pw

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,28 +10,10 @@ from django.contrib.auth.models import User
 
 from harness.cluster import SshTarget, squeue_names
 from harness.platform import Platform
-from workers_app.models import ApiKey, Environment, EnvironmentField, Worker, job_name_for
+from tests.e2e.conftest import pw_runner
+from workers_app.models import Environment, EnvironmentField, Worker, job_name_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
-PW = Path(sys.executable).with_name("pw")
-
-
-def pw_runner(platform: Platform, user: User, tmp_path: Path):
-    _, key = ApiKey.issue(user)
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(tmp_path),
-        "PW_PLATFORM_HOST": platform.url,
-        "PW_API_KEY": key,
-        "PW_POLL_INTERVAL": "0.5",
-    }
-
-    def pw(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(PW), *args], env=env, capture_output=True, text=True, timeout=timeout
-        )
-
-    return pw
 
 
 def test_create_wait_list_ssh_and_delete_a_worker_with_pw(

@@ -255,7 +255,7 @@ def test_directives_that_could_inject_or_untrack_are_refused(directive: str) -> 
 
 @pytest.mark.parametrize("directive", ["-l mem=4gb", "-l select=2:ncpus=8", "-r n", "-m abe"])
 def test_ordinary_pbs_directives_are_accepted(directive: str) -> None:
-    assert PbsAdapter.directive_problem(directive, set_by_fields=frozenset()) is None
+    assert PbsAdapter.directive_problem(directive, set_by_fields={}) is None
 
 
 @pytest.mark.parametrize(
@@ -263,7 +263,7 @@ def test_ordinary_pbs_directives_are_accepted(directive: str) -> None:
     [("-A other", "-A"), ("-l walltime=99:00:00", "-l walltime"), ("-l select=9", "-l select")],
 )
 def test_options_a_field_sets_are_refused_in_raw_directives(directive: str, option: str) -> None:
-    fields = frozenset({"-A", "-l walltime", "-l select"})
+    fields = {"-A": "Account", "-l walltime": "Wall Time", "-l select": "Nodes"}
     problem = PbsAdapter.directive_problem(directive, set_by_fields=fields)
     assert problem is not None and option in problem
 
@@ -284,4 +284,4 @@ def test_default_fields_render_as_valid_directives() -> None:
             value = template.default or "x1"
             assert re.fullmatch(template.pattern, value)
             directive = template.directive.replace("{value}", value)
-            assert PbsAdapter.directive_problem(directive, set_by_fields=frozenset()) is None
+            assert PbsAdapter.directive_problem(directive, set_by_fields={}) is None

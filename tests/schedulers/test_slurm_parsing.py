@@ -525,7 +525,7 @@ def test_directives_that_could_inject_or_untrack_are_refused(directives: list[st
     ["--mem=4G", "--gres=gpu:2", "--constraint=a100", "--exclusive", "--nodelist=n[1-3]"],
 )
 def test_ordinary_directives_are_accepted(directive: str) -> None:
-    assert SlurmAdapter.directive_problem(directive, set_by_fields=frozenset()) is None
+    assert SlurmAdapter.directive_problem(directive, set_by_fields={}) is None
     assert f"#SBATCH {directive}\n" in SlurmAdapter(FakeRunner()).render_script(
         spec(directives=[directive])
     )
@@ -570,7 +570,7 @@ def test_default_fields_render_as_valid_directives() -> None:
             value = template.default or "x1"
             assert re.fullmatch(template.pattern, value)
             directive = template.directive.replace("{value}", value)
-            assert SlurmAdapter.directive_problem(directive, set_by_fields=frozenset()) is None
+            assert SlurmAdapter.directive_problem(directive, set_by_fields={}) is None
 
 
 @pytest.mark.parametrize(
@@ -579,6 +579,7 @@ def test_default_fields_render_as_valid_directives() -> None:
 )
 def test_options_a_field_sets_are_refused_in_raw_directives(directive: str, option: str) -> None:
     problem = SlurmAdapter.directive_problem(
-        directive, set_by_fields=frozenset({"account", "time", "nodes", "qos"})
+        directive,
+        set_by_fields={"account": "Account", "time": "Wall Time", "nodes": "Nodes", "qos": "QoS"},
     )
     assert problem is not None and option in problem

@@ -6,6 +6,7 @@ import enum
 import re
 import shlex
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -157,13 +158,16 @@ class SchedulerAdapter(ABC):
         line is not one well-formed option with a safe value."""
 
     @classmethod
-    def directive_problem(cls, directive: str, *, set_by_fields: frozenset[str]) -> str | None:
-        """Why a user's raw directive is refused, or None when it may go into a job script."""
+    def directive_problem(cls, directive: str, *, set_by_fields: Mapping[str, str]) -> str | None:
+        """Why a user's raw directive is refused, or None when it may go into a job script.
+
+        ``set_by_fields`` maps the options the environment's own fields set to their labels.
+        """
         option = cls.option_of(directive)
         if option is None:
             return f"{directive!r} is not a single scheduler option with a plain value"
         if option in set_by_fields:
-            return f"{directive!r} sets {option}, which a field of this environment sets"
+            return f"{directive!r} sets {option}: use the {set_by_fields[option]} field instead"
         if option not in cls.allowed_options:
             return f"{directive!r}: option {option} is not one users may set"
         return None
@@ -192,7 +196,7 @@ class SchedulerAdapter(ABC):
         if spec.partition and not SAFE_VALUE.fullmatch(spec.partition):
             raise SchedulerError(f"partition {spec.partition!r} is not allowed")
         for directive in spec.directives:
-            problem = self.directive_problem(directive, set_by_fields=frozenset())
+            problem = self.directive_problem(directive, set_by_fields={})
             if problem:
                 raise SchedulerError(f"directive refused: {problem}")
         for key, value in spec.environment.items():
