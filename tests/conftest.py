@@ -9,8 +9,8 @@ from django.contrib.auth.models import AbstractUser
 
 from harness import HarnessError
 from harness.cluster import SshTarget
-from workers_app.heartbeats import redis_client
 from workers_app.models import Cluster
+from workers_app.redis_connection import redis_client
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +32,12 @@ def cluster_accounts(ssh_target: SshTarget) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def make_cluster(db: None, ssh_target: SshTarget):
+    """A cluster on the test Slurm. Shared (everyone acts as its pwtest account) unless the
+    test asks for shared=False: the per-user isolation tests do."""
+
     def make(name: str = "test-slurm", scheduler: str = "slurm", **overrides: object) -> Cluster:
         cluster = Cluster(
+            shared=True,
             name=name,
             host=ssh_target.host,
             port=ssh_target.port,
