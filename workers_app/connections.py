@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import threading
 import time
 
+import redis
 from django.conf import settings
 
 from workers_app.models import Cluster, ClusterAccount, Worker
+from workers_app.redis_connection import redis_client
 from workers_app.schedulers import adapter_class
 from workers_app.schedulers.base import SchedulerAdapter
 from workers_app.schedulers.ssh import SSHConnection, SSHError
 
 ConnectionKey = tuple[int, int]  # (cluster id, account id or 0 for the cluster's own)
+# Each process publishes how many connections it holds, so operators see the sum (/health/).
+COUNT_KEY_PREFIX = "activate:ssh-connections:"
 
 _connections: dict[ConnectionKey, tuple[tuple[str, ...], SSHConnection]] = {}
 _lock = threading.Lock()
@@ -65,8 +70,10 @@ def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> S
         )
         _connections[key] = (fingerprint, connection)
         stale += _evict_locked(keep=key)
+        held = len(_connections)
     for old in stale:
         old.close()
+    _publish(held)
     return connection
 
 
@@ -89,9 +96,27 @@ def close_idle_connections() -> int:
     """Close connections idle past the limit; returns how many were closed."""
     with _lock:
         evicted = _evict_locked(keep=(0, 0))
+        held = len(_connections)
     for connection in evicted:
         connection.close()
+    if evicted:
+        _publish(held)
     return len(evicted)
+
+
+def _publish(held: int) -> None:
+    key = f"{COUNT_KEY_PREFIX}{socket.gethostname()}:{os.getpid()}"
+    try:
+        redis_client().set(key, held, ex=int(max(60, 2 * settings.ACTIVATE_SSH_IDLE_TIMEOUT)))
+    except redis.RedisError:
+        pass  # a count for operators; never a reason to fail a command
+
+
+def connections_held_everywhere() -> int:
+    """SSH connections held by all platform processes (each publishes its own count)."""
+    client = redis_client()
+    keys = list(client.scan_iter(match=f"{COUNT_KEY_PREFIX}*", count=1000))
+    return sum(int(value) for value in client.mget(keys) if value is not None) if keys else 0
 
 
 def open_connection_count() -> int:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Task, shared_task
+from celery.signals import task_postrun
 from django.conf import settings
 
-from workers_app import clusters, jobs, sweeps
+from workers_app import clusters, connections, jobs, sweeps
 from workers_app.models import Cluster, Worker
 
 
@@ -14,6 +17,12 @@ def _fan_out(task: Task, cluster_ids: list[int], *, expires: float) -> int:
     for cluster_id in cluster_ids:
         task.apply_async((cluster_id,), expires=expires)
     return len(cluster_ids)
+
+
+@task_postrun.connect
+def _close_idle_connections(**kwargs: Any) -> None:
+    # A worker process that goes quiet must not hold users' SSH sessions open indefinitely.
+    connections.close_idle_connections()
 
 
 @shared_task

@@ -3,11 +3,13 @@ from __future__ import annotations
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
+from workers_app.connections import connections_held_everywhere
 from workers_app.redis_connection import redis_client
 
 
 def health(request: HttpRequest) -> JsonResponse:
-    """Reachability of the database and Redis; 503 when either is down."""
+    """Reachability of the database and Redis (503 when either is down), and how many SSH
+    connections the platform's processes hold."""
     checks: dict[str, str] = {}
     try:
         with connection.cursor() as cursor:
@@ -15,12 +17,15 @@ def health(request: HttpRequest) -> JsonResponse:
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"error: {exc}"
+    ssh_connections = None
     try:
         redis_client().ping()
         checks["redis"] = "ok"
+        ssh_connections = connections_held_everywhere()
     except Exception as exc:
         checks["redis"] = f"error: {exc}"
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse(
-        {"status": "ok" if healthy else "error", **checks}, status=200 if healthy else 503
+        {"status": "ok" if healthy else "error", **checks, "ssh_connections": ssh_connections},
+        status=200 if healthy else 503,
     )

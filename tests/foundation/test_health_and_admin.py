@@ -21,7 +21,12 @@ PEM = (
 def test_health_reports_database_and_redis(client: Client) -> None:
     response = client.get("/health/")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+    assert response.json() == {
+        "status": "ok",
+        "database": "ok",
+        "redis": "ok",
+        "ssh_connections": 0,
+    }
 
 
 @pytest.mark.django_db

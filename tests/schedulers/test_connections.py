@@ -84,5 +84,7 @@ def test_idle_connections_close_and_the_cap_holds(make_cluster, settings) -> Non
     third.run(["true"])
     settings.ACTIVATE_SSH_IDLE_TIMEOUT = 0.05
     time.sleep(0.1)
+    assert connections.connections_held_everywhere() == 2
     assert close_idle_connections() == 2
     assert connections.open_connection_count() == 0
+    assert connections.connections_held_everywhere() == 0
