@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from workers_app.models import Cluster, ClusterAccount, Environment, EnvironmentField, Worker
+from workers_app.models import (
+    Cluster,
+    ClusterAccount,
+    Environment,
+    EnvironmentField,
+    Worker,
+    WorkerCommand,
+)
 
 
 @pytest.fixture
@@ -146,3 +153,37 @@ def test_another_users_account_is_never_shown(api: APIClient, cluster: Cluster, 
 
     assert listed["account"] is None
     assert api.post("/api/clusters/test-slurm/account/verify/").status_code == 404
+
+
+def test_staff_see_and_delete_anyones_worker_but_only_the_owner_runs_commands(
+    request_worker, user, other_user
+) -> None:
+    worker = request_worker(user)
+    other_user.is_staff = True
+    other_user.save()
+    staff = APIClient()
+    staff.force_authenticate(other_user)
+
+    assert staff.get(f"/api/workers/{worker.public_id}/").status_code == 200
+    refused = staff.post(
+        f"/api/workers/{worker.public_id}/exec/", {"command": ["id"]}, format="json"
+    )
+    assert refused.status_code == 403
+    assert "owner" in refused.json()["detail"]
+    assert not worker.commands.exists()
+    assert staff.delete(f"/api/workers/{worker.public_id}/").status_code == 202
+    worker.refresh_from_db()
+    assert worker.status == "stopped"
+
+
+def test_operators_see_every_command_run_on_workers_in_the_admin(
+    admin_client, request_worker, user
+) -> None:
+    worker = request_worker(user)
+    WorkerCommand.objects.create(worker=worker, user=user, command=["cat", "/etc/hostname"])
+
+    page = admin_client.get("/admin/workers_app/workercommand/")
+
+    assert page.status_code == 200
+    assert "cat /etc/hostname" in page.content.decode()
+    assert worker.public_id in page.content.decode()
