@@ -42,6 +42,8 @@ def register_cluster(target: SshTarget) -> Cluster:
     cluster = Cluster.objects.filter(name=CLUSTER_NAME).first() or Cluster(name=CLUSTER_NAME)
     cluster.host, cluster.port, cluster.username = target.host, target.port, target.user
     cluster.host_key, cluster.scheduler = target.host_key, "slurm"
+    # Everyone acts as the one cluster account: runs need no per-user accounts.
+    cluster.shared = True
     cluster.reachability = Reachability.UNKNOWN
     cluster.set_private_key(target.private_key)
     cluster.save()
