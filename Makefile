@@ -7,7 +7,7 @@ TEST_DB ?= activate
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/$(TEST_DB)
 export TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test venv services cluster lint typecheck pytest bench drills clean
+.PHONY: run demo test venv services cluster lint typecheck pytest bench drills clean
 
 $(BIN)/activate-installed: pyproject.toml cli/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ venv: $(BIN)/activate-installed
 
 run: venv
 	$(BIN)/python scripts/run.py
+
+# A first run: local Slurm (needs root), make run's platform, the cluster registered, a demo user.
+demo: venv
+	$(BIN)/python scripts/demo.py
 
 services:
 	bash scripts/services.sh

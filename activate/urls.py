@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from workers_app.views import health
 
@@ -11,4 +13,6 @@ urlpatterns = [
     path("agent/v1/", include("workers_app.agent_urls")),
     path("api/", include("workers_app.api.urls")),
     path("", include("workers_app.pages.urls")),
+    # Browsers ask for it on every page, the admin's included.
+    path("favicon.ico", RedirectView.as_view(url=static("workers_app/favicon.svg"))),
 ]

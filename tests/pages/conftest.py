@@ -9,11 +9,19 @@ from django.test import Client
 from tests.factories import ClusterFactory
 from workers_app.models import Cluster, Environment, EnvironmentField
 
+UNUSED_KEY = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nbm90LWEta2V5\n-----END OPENSSH PRIVATE KEY-----\n"
+)
+
 
 @pytest.fixture
 def offline_free_cluster(db: None) -> Cluster:
-    """A cluster row that pages show; nothing opens SSH to it (tasks run on commit only)."""
-    return ClusterFactory(name="hpc", reachability="online", shared=True)
+    """A shared cluster row that pages show; nothing opens SSH to it (tasks run on commit only,
+    and these tests never commit)."""
+    cluster = ClusterFactory(name="hpc", reachability="online", shared=True)
+    cluster.set_private_key(UNUSED_KEY)
+    cluster.save()
+    return cluster
 
 
 @pytest.fixture

@@ -112,6 +112,8 @@ def test_a_row_shows_what_the_worker_is_doing(
     assert '<div class="reason">Agent connected</div>' in row
     assert 'data-copy="pw ssh wabcdefghij"' in row
     assert 'href="/workers/wabcdefghij/delete/"' in row
+    # The table swaps itself whole (outerHTML); the dialog's content must not inherit that.
+    assert 'hx-target="#dialog-body" hx-swap="innerHTML">Delete worker' in row
     assert "Open in terminal" not in page
 
 

@@ -147,8 +147,13 @@ class RequestWorkerForm(forms.Form):
         return self._bound(s for s in self.specs if not (s.required and not s.default))
 
     @property
-    def advanced_has_errors(self) -> bool:
-        return any(field.errors for field in self.advanced_fields)
+    def advanced_open(self) -> bool:
+        """Collapsed unless something in it is wrong or was changed from its default."""
+        changed = self.is_bound and any(
+            field.data is not None and field.data != (field.initial or "")
+            for field in self.advanced_fields
+        )
+        return changed or any(field.errors for field in self.advanced_fields)
 
     def params(self) -> dict[str, str]:
         return {

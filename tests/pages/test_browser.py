@@ -1,0 +1,361 @@
+"""The browser UI as a person uses it: headless Chromium (Debian's, driven by Playwright) against
+the whole platform as real processes (gunicorn, Celery worker and beat) and the real Slurm.
+
+Screenshots of every page go to data/screenshots/ (the run prints where); look at them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from harness import REPO
+from harness.cluster import SshTarget
+from harness.platform import Platform
+from tests.factories import ClusterFactory, WorkerFactory
+from workers_app.models import Environment, EnvironmentField, Worker
+
+pytestmark = [pytest.mark.slurm, pytest.mark.live]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = REPO / "data" / "screenshots"
+PASSWORD = "pw-browser-123"
+
+
+@pytest.fixture(scope="module")
+def chromium_installed() -> str:
+    """Debian's chromium, installed by scripts/browser.sh when missing: never a download."""
+    if not Path(CHROMIUM).exists():
+        result = subprocess.run(
+            ["bash", str(REPO / "scripts" / "browser.sh")], capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            pytest.fail(f"scripts/browser.sh could not install chromium:\n{result.stderr}")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def screenshots(request: pytest.FixtureRequest) -> Iterator[Path]:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SCREENSHOTS.glob("*.png"):
+        old.unlink()
+    yield SCREENSHOTS
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\nscreenshots of the browser UI: {SCREENSHOTS}/")
+
+
+@pytest.fixture
+def browser_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
+    # gunicorn serves static files through WhiteNoise from STATIC_ROOT, as a deployment does.
+    call_command("collectstatic", interactive=False, verbosity=0)
+    # Finished workers leave the list after 5 s, so the test sees a deleted one go.
+    running = Platform(workdir=tmp_path, knobs={"ACTIVATE_PURGE_AFTER": "5"})
+    running.start_all()
+    try:
+        yield running
+    finally:
+        running.stop_all()
+
+
+@pytest.fixture
+def world(transactional_db: None, make_cluster, ssh_target: SshTarget) -> dict[str, Any]:
+    """Alice, the real Slurm as a shared cluster, an offline cluster, and Bob's worker."""
+    users = get_user_model().objects
+    alice = users.create_user("alice", password=PASSWORD)
+    bob = users.create_user("bob", password=PASSWORD)
+    users.create_user("operator", password=PASSWORD, is_staff=True, is_superuser=True)
+    cluster = make_cluster("test-slurm", shared=True, reachability="online")
+    compute = Environment.objects.create(
+        cluster=cluster,
+        name="compute",
+        partition=ssh_target.partition,
+        nodes_total=1,
+        nodes_available=1,
+    )
+    EnvironmentField.objects.create(
+        environment=compute,
+        name="purpose",
+        label="Purpose",
+        required=True,
+        example="analysis",
+        position=0,
+    )
+    EnvironmentField.objects.create(
+        environment=compute,
+        name="walltime",
+        label="Wall time",
+        default="00:10:00",
+        example="04:00:00",
+        pattern=r"\d{1,2}:\d{2}:\d{2}",
+        directive="--time={value}",
+        position=1,
+    )
+    Environment.objects.create(cluster=cluster, name="retired", is_active=False)
+    campus = ClusterFactory(name="campus", reachability="offline", last_error="connection refused")
+    gpu = Environment.objects.create(cluster=campus, name="gpu", nodes_total=8, nodes_available=2)
+    # Never dispatched (no attempt is due): it only has to stay out of Alice's pages.
+    WorkerFactory(
+        owner=bob, cluster=campus, environment=gpu, name="bobs-worker", next_attempt_at=None
+    )
+    return {"alice": alice, "bob": bob}
+
+
+class Browser:
+    """One Chromium page with what it logged: console errors and requests leaving the site."""
+
+    def __init__(self, page: Any, base: str, shots: Path) -> None:
+        self.page, self.base, self.shots = page, base, shots
+        self.errors: list[str] = []
+        self.outside: list[str] = []
+        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", self._request)
+        page.on("response", self._response)
+
+    def _response(self, response: Any) -> None:
+        if response.status >= 400:
+            self.errors.append(f"{response.status} {response.url}")
+
+    def _request(self, request: Any) -> None:
+        if not request.url.startswith((self.base, "data:")):
+            self.outside.append(request.url)
+
+    def shot(self, name: str, *, full_page: bool = True) -> None:
+        self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=full_page)
+
+    def log_in(self, username: str) -> None:
+        self.page.goto(self.base + "/")
+        self.page.fill("#id_username", username)
+        self.page.fill("#id_password", PASSWORD)
+        self.page.click("button:has-text('Log in')")
+        self.page.wait_for_url(self.base + "/workers/")
+
+
+@pytest.fixture
+def chromium(chromium_installed: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop in this thread; the ORM calls in between are
+    # plain synchronous calls all the same.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium_installed, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+def status_of_row(page: Any, public_id: str) -> str:
+    row = page.locator(f"#worker-{public_id}")
+    return row.get_attribute("data-status", timeout=1000) if row.count() else ""
+
+
+def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
+    browser_platform: Platform, world: dict[str, Any], chromium: Any, screenshots: Path
+) -> None:
+    base = browser_platform.url
+    context = chromium.new_context(viewport={"width": 1280, "height": 860})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
+    ui = Browser(context.new_page(), base, screenshots)
+    page = ui.page
+
+    # Given: an anonymous visitor is sent to the login page, then lands on Workers.
+    page.goto(base + "/")
+    assert page.url.startswith(base + "/login/")
+    ui.shot("01-login")
+    ui.log_in("alice")
+    assert page.get_by_text("No workers yet").is_visible()
+    ui.shot("02-workers-empty")
+
+    # The dialog: environments by cluster, unavailable ones shown but not selectable.
+    page.click("a.button:has-text('Create')")
+    dialog = page.locator("dialog#dialog")
+    dialog.wait_for(state="visible")
+    assert dialog.locator("input[name=environment]:checked").count() == 1
+    assert dialog.get_by_text("1 of 1 nodes available").is_visible()
+    gpu = dialog.locator("label.env-option", has_text="gpu")
+    assert gpu.locator("input").is_disabled() and "cluster offline" in gpu.inner_text()
+    retired = dialog.locator("label.env-option", has_text="retired")
+    assert retired.locator("input").is_disabled() and "inactive" in retired.inner_text()
+    advanced = dialog.locator("details.advanced")
+    assert advanced.get_attribute("open") is None
+    assert dialog.locator("#id_param_purpose").is_visible()  # required, no default: outside
+    ui.shot("03-request-dialog", full_page=False)
+    advanced.locator("summary").click()
+    ui.shot("04-request-advanced", full_page=False)
+
+    # A required field left empty: its error stands next to it, in words.
+    dialog.locator("#id_param_purpose").fill("")
+    dialog.locator("button:has-text('Request worker')").click()
+    purpose_error = dialog.locator(".field.has-error", has=page.locator("#id_param_purpose"))
+    purpose_error.wait_for()
+    assert "Purpose is required; example: analysis" in purpose_error.inner_text()
+    ui.shot("05-request-required-error", full_page=False)
+
+    # A malformed value: the label and an example, never the regular expression.
+    dialog.locator("#id_param_purpose").fill("browser test")
+    dialog.locator("details.advanced summary").click()
+    dialog.locator("#id_param_walltime").fill("abc")
+    dialog.locator("button:has-text('Request worker')").click()
+    wall_error = dialog.locator(".field.has-error", has=page.locator("#id_param_walltime"))
+    wall_error.wait_for()
+    assert dialog.locator("details.advanced").get_attribute("open") is not None
+    assert "Wall time: 'abc' is not a valid value; example: 04:00:00" in wall_error.inner_text()
+    assert "\\d" not in dialog.inner_text()
+    ui.shot("06-request-value-error", full_page=False)
+
+    dialog.locator("#id_param_walltime").fill("00:10:00")
+    dialog.locator("#id_name").fill("from-the-browser")
+    dialog.locator("button:has-text('Request worker')").click()
+    page.get_by_text("Worker from-the-browser requested.").wait_for()
+    worker = Worker.objects.get(name="from-the-browser")
+    assert worker.params == {"purpose": "browser test", "walltime": "00:10:00"}
+
+    # Then it moves through pending and queued to connected, with no reload of the page.
+    page.evaluate("window.stillTheSamePage = true")
+    seen = []
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        status = status_of_row(page, worker.public_id)
+        if status and (not seen or seen[-1] != status):
+            seen.append(status)
+            ui.shot(f"07-workers-{len(seen)}-{status}")
+        if status == "connected":
+            break
+        assert status not in {"error", "stopped"}, f"{seen}\n{browser_platform.logs()}"
+        time.sleep(0.3)
+    assert seen[-1:] == ["connected"], f"seen {seen}\n{browser_platform.logs()}"
+    assert page.evaluate("window.stillTheSamePage") is True
+    row = page.locator(f"#worker-{worker.public_id}")
+    worker.refresh_from_db()
+    assert worker.node_hostname in row.inner_text()
+    assert worker.scheduler_job_id in row.inner_text()
+    assert "left" in row.locator("td[data-label='Wall time']").inner_text()
+    assert "bobs-worker" not in page.content()
+
+    # Copy the SSH command from the row's menu.
+    row.locator("details.menu summary").click()
+    ui.shot("08-row-menu", full_page=False)
+    assert row.get_by_text("Open in terminal").count() == 0
+    row.get_by_role("button", name="Copy SSH command").click()
+    row.get_by_role("button", name="Copied").wait_for()
+    assert page.evaluate("navigator.clipboard.readText()") == f"pw ssh {worker.public_id}"
+
+    # Delete it: the confirmation says its sessions go too; then it leaves the list.
+    row.locator("details.menu:not([open])").wait_for()  # closes itself after copying
+    row.locator("details.menu summary").click()
+    row.get_by_role("link", name="Delete worker").click()
+    dialog.wait_for(state="visible")
+    assert "deletes every session running on it" in dialog.inner_text()
+    ui.shot("09-delete-confirm", full_page=False)
+    dialog.get_by_role("button", name="Delete worker").click()
+    page.get_by_text("is being deleted").wait_for()
+    page.evaluate("window.stillTheSamePage = true")
+    page.locator(f"#worker-{worker.public_id}").wait_for(state="detached", timeout=90_000)
+    assert page.evaluate("window.stillTheSamePage") is True
+    assert page.get_by_text("No workers yet").is_visible()
+    worker.refresh_from_db()
+    assert worker.status in {"stopped", "error"}
+
+    # Clusters, connecting an account on a cluster that is not shared, API keys.
+    page.click("nav >> text=Clusters")
+    assert "you need no account of your own" in page.inner_text("#cluster-test-slurm")
+    assert "offline" in page.inner_text("#cluster-campus")
+    ui.shot("10-clusters")
+    page.locator("#cluster-campus").get_by_role("link", name="Connect").click()
+    page.fill("#id_remote_username", "alice")
+    page.click("button:has-text('Connect account')")
+    public_key = page.locator("#public-key").inner_text()
+    assert public_key.startswith("ssh-ed25519 ")
+    page.get_by_role("button", name="Copy public key").click()
+    assert page.evaluate("navigator.clipboard.readText()") == public_key
+    ui.shot("11-account-generated-key")
+    page.get_by_role("button", name="Verify").click()
+    page.get_by_text("Could not log in to campus").wait_for()
+    ui.shot("12-account-verify-failed")
+
+    page.click("nav >> text=API keys")
+    ui.shot("13-api-keys-empty")
+    page.fill("#id_name", "laptop")
+    page.click("button:has-text('Create key')")
+    secret = page.locator("#new-api-key").inner_text()
+    assert secret.startswith("pwk_")
+    ui.shot("14-api-key-created")
+    page.reload()
+    assert secret not in page.content() and "laptop" in page.content()
+
+    assert "bobs-worker" not in page.content()
+    assert ui.errors == [], ui.errors
+    assert ui.outside == [], ui.outside
+    context.close()
+
+
+def test_staff_see_everyones_workers_and_the_admin_is_named_activate(
+    browser_platform: Platform, world: dict[str, Any], chromium: Any, screenshots: Path
+) -> None:
+    base = browser_platform.url
+    context = chromium.new_context(viewport={"width": 1280, "height": 800})
+    ui = Browser(context.new_page(), base, screenshots)
+    ui.log_in("operator")
+    assert "bobs-worker" in ui.page.content()
+    ui.shot("20-staff-workers")
+    ui.page.click("nav >> text=Admin")
+    assert "ACTIVATE administration" in ui.page.content()
+    assert "Django administration" not in ui.page.content()
+    ui.shot("21-admin")
+    ui.page.get_by_role("link", name="View site").click()
+    ui.page.wait_for_url(base + "/workers/")
+    assert ui.errors == [] and ui.outside == []
+    context.close()
+
+    # A phone: the same pages, readable in one column; the dialog fits the screen.
+    phone = chromium.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    ui = Browser(phone.new_page(), base, screenshots)
+    ui.log_in("operator")
+    ui.shot("30-phone-workers")
+    ui.page.click("a.button:has-text('Create')")
+    ui.page.locator("dialog#dialog").wait_for(state="visible")
+    ui.shot("31-phone-request-dialog", full_page=False)
+    ui.page.keyboard.press("Escape")
+    ui.page.click("nav >> text=Clusters")
+    ui.shot("32-phone-clusters")
+    assert ui.errors == [] and ui.outside == []
+    phone.close()
+
+
+def test_another_users_worker_is_never_in_alices_pages(
+    browser_platform: Platform, world: dict[str, Any], chromium: Any, screenshots: Path
+) -> None:
+    bobs = Worker.objects.get(name="bobs-worker")
+    context = chromium.new_context()
+    ui = Browser(context.new_page(), browser_platform.url, screenshots)
+    ui.log_in("alice")
+    for path in ("/workers/", "/workers/table/", "/clusters/", "/workers/new/"):
+        ui.page.goto(browser_platform.url + path)
+        assert "bobs-worker" not in ui.page.content() and bobs.public_id not in ui.page.content()
+    response = ui.page.goto(f"{browser_platform.url}/workers/{bobs.public_id}/delete/")
+    assert response is not None and response.status == 404
+    context.close()
