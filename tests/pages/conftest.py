@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
@@ -68,3 +70,14 @@ def compute_env(offline_free_cluster: Cluster) -> Environment:
 def alice(client: Client, user: AbstractUser) -> Client:
     client.force_login(user)
     return client
+
+
+SCREENSHOTS_TAKEN = pytest.StashKey[Path]()
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    folder = config.stash.get(SCREENSHOTS_TAKEN, None)
+    if folder is not None:
+        terminalreporter.write_line(f"screenshots of the browser UI: {folder}/ (look at them)")

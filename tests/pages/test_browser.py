@@ -21,6 +21,7 @@ from harness import REPO
 from harness.cluster import SshTarget
 from harness.platform import Platform
 from tests.factories import ClusterFactory, WorkerFactory
+from tests.pages.conftest import SCREENSHOTS_TAKEN
 from workers_app.models import Environment, EnvironmentField, Worker
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
@@ -53,14 +54,13 @@ def chromium_installed() -> str:
 
 
 @pytest.fixture(scope="module")
-def screenshots(request: pytest.FixtureRequest) -> Iterator[Path]:
+def screenshots(request: pytest.FixtureRequest) -> Path:
+    """A fresh folder; the run's summary names it (tests/pages/conftest.py)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     for old in SCREENSHOTS.glob("*.png"):
         old.unlink()
-    yield SCREENSHOTS
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"\nscreenshots of the browser UI: {SCREENSHOTS}/")
+    request.config.stash[SCREENSHOTS_TAKEN] = SCREENSHOTS
+    return SCREENSHOTS
 
 
 @pytest.fixture
@@ -322,6 +322,21 @@ def test_staff_see_everyones_workers_and_the_admin_is_named_activate(
     ui.log_in("operator")
     assert "bobs-worker" in ui.page.content()
     ui.shot("20-staff-workers")
+
+    # Keyboard only: the row menu and the dialog open with Enter and close with Escape.
+    page = ui.page
+    page.locator("details.menu summary").focus()
+    page.keyboard.press("Enter")
+    assert page.locator("details.menu[open]").count() == 1
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Copy SSH command"
+    page.keyboard.press("Escape")
+    assert page.locator("details.menu[open]").count() == 0
+    page.locator("a.button:has-text('Create')").focus()
+    page.keyboard.press("Enter")
+    page.locator("dialog#dialog").wait_for(state="visible")
+    page.keyboard.press("Escape")
+    page.locator("dialog#dialog").wait_for(state="hidden")
     ui.page.click("nav >> text=Admin")
     assert "ACTIVATE administration" in ui.page.content()
     assert "Django administration" not in ui.page.content()

@@ -192,6 +192,22 @@ def test_the_list_costs_the_same_queries_for_three_workers_or_fifty(
     assert many <= 5
 
 
+def test_thousands_of_workers_still_make_one_page_of_fifty_in_the_same_queries(
+    alice: Client, user: AbstractUser, compute_env: Environment
+) -> None:
+    cluster = compute_env.cluster
+    WorkerFactory(owner=user, cluster=cluster, environment=compute_env, name="first")
+    before = _queries(alice, "/workers/table/")
+    Worker.objects.bulk_create(
+        Worker(owner=user, cluster=cluster, environment=compute_env, name=f"bulk-{n}")
+        for n in range(3000)
+    )
+
+    assert _queries(alice, "/workers/table/?page=60") == before
+    page = text(alice.get("/workers/table/?page=60"))
+    assert page.count('<tr id="worker-') == 50 and "Page 60 of 61 · 3001 workers" in page
+
+
 def test_finished_workers_show_no_delete_and_purged_ones_leave(
     alice: Client, user: AbstractUser, compute_env: Environment, settings
 ) -> None:
