@@ -371,6 +371,9 @@ def test_another_users_worker_is_never_in_alices_pages(
     for path in ("/workers/", "/workers/table/", "/clusters/", "/workers/new/"):
         ui.page.goto(browser_platform.url + path)
         assert "bobs-worker" not in ui.page.content() and bobs.public_id not in ui.page.content()
+    # Without the dialog (a link opened in a new tab), the request form is a page of its own.
+    ui.page.goto(browser_platform.url + "/workers/new/")
+    ui.shot("40-request-as-a-page")
     response = ui.page.goto(f"{browser_platform.url}/workers/{bobs.public_id}/delete/")
     assert response is not None and response.status == 404
     context.close()

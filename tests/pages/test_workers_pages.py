@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import timedelta
 
@@ -356,6 +357,27 @@ def test_a_malformed_value_says_so_with_an_example_and_opens_advanced(
     assert '<details class="advanced" open>' in page
     assert r"\d" not in page  # never the regular expression
     assert 'value="abc"' in field  # what was typed stays
+
+
+def test_the_page_and_the_api_say_a_wrong_value_in_the_same_words(
+    alice: Client, compute_env: Environment
+) -> None:
+    body = {"cluster": "hpc", "environment": "compute"}
+    api = alice.post(
+        "/api/workers/",
+        {**body, "params": {"account": "p", "walltime": "abc"}},
+        content_type="application/json",
+    ).json()
+    page = alice.post(
+        "/workers/new/",
+        {"environment": compute_env.pk, "param_account": "p", "param_walltime": "abc"},
+    )
+
+    assert api == {
+        "field": "walltime",
+        "detail": "Wall time: 'abc' is not a valid value; example: 04:00:00",
+    }
+    assert api["detail"] in html.unescape(_field_block(text(page), "param_walltime"))
 
 
 def _field_block(page: str, name: str) -> str:

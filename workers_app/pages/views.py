@@ -28,6 +28,7 @@ from workers_app import accounts, services
 from workers_app.models import ApiKey, Cluster, ClusterAccount, Environment
 from workers_app.pages.forms import (
     ApiKeyForm,
+    ClusterGroup,
     ConnectAccountForm,
     RequestWorkerForm,
     environment_groups,
@@ -113,7 +114,7 @@ def workers_table(request: HttpRequest) -> HttpResponse:
 
 def _request_form_setup(
     request: HttpRequest, wanted: str | None
-) -> tuple[list[Any], Environment | None]:
+) -> tuple[list[ClusterGroup], Environment | None]:
     fields = Prefetch("environments", queryset=Environment.objects.prefetch_related("fields"))
     clusters = list(Cluster.objects.prefetch_related(fields))
     connected = set(
