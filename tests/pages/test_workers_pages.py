@@ -41,6 +41,13 @@ def test_logging_in_lands_on_workers(client: Client, user: AbstractUser) -> None
     assert response.status_code == 302 and response.url == "/workers/"
 
 
+def test_logging_out_returns_to_the_login_page(alice: Client) -> None:
+    response = alice.post("/logout/")
+
+    assert response.status_code == 302 and response.url == "/login/"
+    assert alice.get("/workers/").status_code == 302
+
+
 def test_a_wrong_password_says_so_on_the_login_page(client: Client, user: AbstractUser) -> None:
     response = client.post("/login/", {"username": "alice", "password": "nope"})
 
