@@ -95,6 +95,9 @@ def answers(url: str) -> bool:
 
 
 def main() -> int:
+    if os.geteuid() != 0:
+        print("make demo needs root: it installs and starts a local Slurm", file=sys.stderr)
+        return 1
     subprocess.run(["bash", "scripts/testcluster.sh", "up"], cwd=REPO, check=True)
     subprocess.run(["bash", "scripts/services.sh", "redis"], cwd=REPO, check=True)
     manage("migrate", "--noinput")
