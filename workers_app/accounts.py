@@ -185,6 +185,10 @@ def account_of(user: User, cluster: Cluster) -> ClusterAccount | None:
 def acting_account(user: User, cluster: Cluster) -> ClusterAccount | None:
     """The account a new worker of ``user`` runs as: theirs, or None on a shared cluster."""
     if cluster.shared:
+        if not cluster.username or not cluster.has_private_key:
+            raise ParameterError(
+                "cluster", f"cluster {cluster.name} is shared but has no account configured"
+            )
         return None
     account = account_of(user, cluster)
     if account is None or not account.is_verified:

@@ -187,3 +187,19 @@ def test_operators_see_every_command_run_on_workers_in_the_admin(
     assert page.status_code == 200
     assert "cat /etc/hostname" in page.content.decode()
     assert worker.public_id in page.content.decode()
+
+
+def test_a_shared_cluster_without_an_account_of_its_own_refuses_requests_at_once(
+    api: APIClient, compute_env: Environment, cluster: Cluster
+) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(username="", private_key_encrypted="")
+
+    response = api.post(
+        "/api/workers/",
+        {"cluster": "test-slurm", "environment": "compute", "params": {"account": "p"}},
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert "shared but has no account" in response.json()["detail"]
+    assert not Worker.objects.exists()
