@@ -7,7 +7,7 @@ TEST_DB ?= activate
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/$(TEST_DB)
 export TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run demo test venv services cluster lint typecheck pytest bench drills clean
+.PHONY: run demo test venv services cluster browser lint typecheck pytest bench drills clean
 
 $(BIN)/activate-installed: pyproject.toml cli/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ demo: venv
 services:
 	bash scripts/services.sh
 
+browser:
+	bash scripts/browser.sh
+
 cluster:
 	bash scripts/testcluster.sh up
 
@@ -42,7 +45,7 @@ typecheck: venv
 pytest: venv
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
-test: venv services cluster lint typecheck pytest
+test: venv services cluster browser lint typecheck pytest
 
 # Benchmarks and drills own their database and Redis number: they delete the workers in them.
 bench: venv services cluster
