@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import REPO, HarnessError
@@ -53,12 +53,6 @@ class SshTarget:
     @property
     def private_key(self) -> str:
         return Path(self.key_path).read_text()
-
-    def as_account(self, username: str) -> SshTarget:
-        """The same cluster, logged in as one of the per-user accounts."""
-        if username not in self.accounts:
-            raise HarnessError(f"no account {username!r} on the test cluster ({NOT_UP})")
-        return replace(self, user=username, key_path=self.accounts[username], accounts={})
 
     # -- commands ---------------------------------------------------------------------------
 

@@ -92,7 +92,6 @@ class Platform:
                 "ACTIVATE_INSTALLATION_ID": settings.ACTIVATE_INSTALLATION_ID,
                 "ACTIVATE_PUBLIC_URL": self.url,
                 "ACTIVATE_BIND": f"127.0.0.1:{self.port}",
-                "ACTIVATE_BEAT_SCHEDULE_FILE": str(self.workdir / "beat-schedule"),
                 "ACTIVATE_LOG_LEVEL": "INFO",
                 "PYTHON": sys.executable,
             }
