@@ -267,6 +267,8 @@ class Worker(models.Model):
     cancel_requested = models.BooleanField(default=False)
 
     agent_secret_hash = models.CharField(max_length=64, blank=True)
+    # A client's Idempotency-Key: the same request sent again answers this worker, not a new one.
+    idempotency_key = models.CharField(max_length=255, blank=True)
 
     objects = WorkerQuerySet.as_manager()
 
@@ -283,6 +285,13 @@ class Worker(models.Model):
                 condition=Q(cancel_requested=True),
                 name="worker_cancel_requested",
             ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="worker_idempotency_key_per_owner",
+            )
         ]
 
     def __str__(self) -> str:

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -31,12 +31,18 @@ def request_worker(
     environment: str,
     params: Mapping[str, object] | None = None,
     name: str = "",
+    idempotency_key: str = "",
 ) -> Worker:
     """Validate a worker request and record it as pending; submission follows after commit.
 
     What will be submitted (partition and directives) is fixed here, from what was validated.
-    Raises ParameterError naming the offending field; nothing is stored then.
+    Raises ParameterError naming the offending field; nothing is stored then. With an
+    ``idempotency_key`` already used by this owner, the worker made then is the answer.
     """
+    if idempotency_key:
+        earlier = worker_requested_with(owner, idempotency_key)
+        if earlier is not None:
+            return earlier
     found_cluster = Cluster.objects.filter(name=cluster).first()
     if found_cluster is None:
         raise ParameterError("cluster", f"unknown cluster {cluster!r}")
@@ -63,16 +69,32 @@ def request_worker(
         params=resolved,
         job_partition=env.partition,
         job_directives=directives_for(env, resolved),
+        idempotency_key=idempotency_key,
         created_at=now,
         deadline_at=lifecycle.initial_deadline(now),
         next_attempt_at=now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE),
     )
     worker.name = name or f"{env.name}-{worker.public_id}"
-    with transaction.atomic():
-        worker.save()
-        lifecycle.record_event(worker, "Requested")
-        effects.submit_worker(worker.pk)
+    try:
+        with transaction.atomic():
+            worker.save()
+            lifecycle.record_event(worker, "Requested")
+            effects.submit_worker(worker.pk)
+    except IntegrityError:
+        # The same key, sent twice at once: the other request made the worker.
+        earlier = worker_requested_with(owner, idempotency_key) if idempotency_key else None
+        if earlier is None:
+            raise
+        return earlier
     return worker
+
+
+def worker_requested_with(owner: User, idempotency_key: str) -> Worker | None:
+    return (
+        Worker.objects.select_related("cluster", "environment")
+        .filter(owner=owner, idempotency_key=idempotency_key)
+        .first()
+    )
 
 
 def delete_worker(worker: Worker, *, reason: str = lifecycle.REASON_DELETED) -> bool:

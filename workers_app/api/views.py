@@ -47,6 +47,7 @@ from workers_app.statuses import WorkerStatus
 # Any path segment reaches the view, so an unknown name or id is the API's JSON 404 rather
 # than the router's HTML one.
 ANY_SEGMENT = "[^/]+"
+IDEMPOTENCY_KEY_MAX = 255
 STATE_FIELDS = [f.attname for f in Worker._meta.concrete_fields if not f.is_relation]
 NOT_AUTHENTICATED = {401: ErrorSerializer}
 NOT_FOUND = {401: ErrorSerializer, 404: ErrorSerializer}
@@ -218,13 +219,38 @@ class WorkerViewSet(
 
     @extend_schema(
         request=WorkerCreateSerializer,
-        responses={201: WorkerSerializer, 400: ErrorSerializer, **NOT_AUTHENTICATED},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="Any unique string per intended worker; a retry sends the same.",
+            )
+        ],
+        responses={
+            200: WorkerSerializer,
+            201: WorkerSerializer,
+            400: ErrorSerializer,
+            **NOT_AUTHENTICATED,
+        },
     )
     def create(self, request: Request) -> Response:
-        """Request a worker; it starts pending and is submitted to the cluster's scheduler."""
+        """Request a worker; it starts pending and is submitted to the cluster's scheduler.
+
+        Send an ``Idempotency-Key`` header to retry safely: a request that repeats a key you
+        used before answers 200 with the worker made then, and makes no second one.
+        """
+        key = request.headers.get("Idempotency-Key", "")
+        if len(key) > IDEMPOTENCY_KEY_MAX or not key.isprintable():
+            raise ValidationError(
+                {"Idempotency-Key": f"must be at most {IDEMPOTENCY_KEY_MAX} printable characters"}
+            )
+        owner = _user(request)
+        if key and (earlier := services.worker_requested_with(owner, key)) is not None:
+            return Response(WorkerSerializer(earlier).data, status=status.HTTP_200_OK)
         body = WorkerCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        worker = services.request_worker(owner=_user(request), **body.validated_data)
+        worker = services.request_worker(owner=owner, idempotency_key=key, **body.validated_data)
         return Response(WorkerSerializer(worker).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={202: WorkerSerializer, **NOT_FOUND})
