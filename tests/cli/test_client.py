@@ -65,3 +65,41 @@ def test_the_key_is_sent_as_a_bearer_token() -> None:
 
 def test_a_no_content_answer_is_read_as_nothing() -> None:
     assert client_answering(httpx.Response(204)).delete("/clusters/hpc1/account/") is None
+
+
+def test_a_keyed_post_is_retried_with_the_same_key_when_the_answer_is_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("activate_cli.client.RETRY_BASE_DELAY", 0.0)
+    seen: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Idempotency-Key"))
+        if len(seen) == 1:
+            raise httpx.ReadTimeout("lost", request=request)
+        if len(seen) == 2:
+            return httpx.Response(503, text="busy")
+        return httpx.Response(200, json={"id": "w1"})
+
+    client = ApiClient(
+        Config("http://platform.test", "pwk_x"), transport=httpx.MockTransport(answer)
+    )
+
+    assert client.post("/workers/", {}, idempotency_key="pw-1") == {"id": "w1"}
+    assert seen == ["pw-1", "pw-1", "pw-1"]
+
+
+def test_a_post_without_a_key_is_never_retried() -> None:
+    calls: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        raise httpx.ConnectError("refused", request=request)
+
+    client = ApiClient(
+        Config("http://platform.test", "pwk_x"), transport=httpx.MockTransport(answer)
+    )
+
+    with pytest.raises(Unreachable):
+        client.post("/clusters/c/account/verify/")
+    assert len(calls) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,8 @@ from activate_cli.errors import CliError, NotFound, Unreachable
 PAGE_SIZE = 100
 TIMEOUT_SECONDS = 30.0
 USER_AGENT = "pw/0.1"
+POST_ATTEMPTS = 3
+RETRY_BASE_DELAY = 0.5
 
 
 def _detail(response: httpx.Response) -> tuple[str | None, str]:
@@ -50,8 +53,26 @@ class ApiClient:
     ) -> Any:
         return self.request("GET", path, params=params, not_found=not_found)
 
-    def post(self, path: str, body: Mapping[str, Any] | None = None, *, not_found: str = "") -> Any:
-        return self.request("POST", path, json=body, not_found=not_found)
+    def post(
+        self,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        not_found: str = "",
+        idempotency_key: str = "",
+    ) -> Any:
+        """POST; with an idempotency key, retried when the answer is lost or a 5xx, since the
+        server makes nothing twice for one key."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        attempts = POST_ATTEMPTS if idempotency_key else 1
+        for attempt in range(attempts):
+            try:
+                return self.request("POST", path, json=body, headers=headers, not_found=not_found)
+            except Unreachable:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(RETRY_BASE_DELAY * 2**attempt)
+        return None
 
     def delete(self, path: str, *, not_found: str = "") -> Any:
         return self.request("DELETE", path, not_found=not_found)
@@ -76,10 +97,11 @@ class ApiClient:
         *,
         params: Mapping[str, Any] | None = None,
         json: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
         not_found: str = "",
     ) -> Any:
         try:
-            response = self._http.request(method, path, params=params, json=json)
+            response = self._http.request(method, path, params=params, json=json, headers=headers)
         except httpx.TimeoutException:
             raise Unreachable(f"{self.host} did not answer within {TIMEOUT_SECONDS:g} s") from None
         except httpx.HTTPError as exc:

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 from urllib.parse import quote
@@ -149,7 +150,8 @@ def create(client: ApiClient, args: argparse.Namespace) -> int:
     }
     if args.name:
         body["name"] = args.name
-    worker = client.post("/workers/", body)
+    # One key per invocation: a retry after a lost answer cannot make a second worker.
+    worker = client.post("/workers/", body, idempotency_key=f"pw-{uuid.uuid4()}")
     if args.wait:
         try:
             worker = wait_for(
