@@ -9,6 +9,7 @@ from django.http import HttpRequest
 
 from workers_app import accounts, clusters, services
 from workers_app.accounts import public_key_of
+from workers_app.heartbeats import HeartbeatStore
 from workers_app.models import (
     AccountOrigin,
     ApiKey,
@@ -138,6 +139,7 @@ class ClusterAdmin(admin.ModelAdmin):
         "scheduler",
         "accounts_mode",
         "reachability",
+        "heartbeat_breaker",
         "last_contact_at",
         "key_is_set",
     ]
@@ -149,11 +151,33 @@ class ClusterAdmin(admin.ModelAdmin):
         "host_key_fingerprint",
     ]
     inlines = [EnvironmentInline]
-    actions = ["probe", "pin_host_key"]
+    actions = ["probe", "pin_host_key", "confirm_lost_workers"]
 
     @admin.display(boolean=True, description="private key set")
     def key_is_set(self, obj: Cluster) -> bool:
         return obj.has_private_key
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # One Redis read for the whole page, not one per row.
+        self._breakers = HeartbeatStore().open_breakers()
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="heartbeat breaker")
+    def heartbeat_breaker(self, obj: Cluster) -> str:
+        held = getattr(self, "_breakers", {}).get(obj.pk)
+        if held is None:
+            return "-"
+        return (
+            f"OPEN: {held['silent']:.0f} of {held['connected']:.0f} silent at once; "
+            "kept until confirmed"
+        )
+
+    @admin.action(description="Confirm lost workers (the heartbeat breaker holds them)")
+    def confirm_lost_workers(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
+        store = HeartbeatStore()
+        for cluster in queryset:
+            store.confirm_breaker(cluster.pk)
+            self.message_user(request, f"{cluster.name}: the next sweep stops its silent workers")
 
     @admin.display(description="accounts")
     def accounts_mode(self, obj: Cluster) -> str:

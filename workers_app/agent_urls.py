@@ -7,4 +7,5 @@ from workers_app import agent_views
 urlpatterns = [
     path("connect", agent_views.connect, name="agent-connect"),
     path("heartbeat", agent_views.heartbeat, name="agent-heartbeat"),
+    path("ping", agent_views.ping, name="agent-ping"),
 ]

@@ -8,10 +8,12 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
+from redis.exceptions import RedisError
 
 from workers_app import agent_service
 from workers_app.agent_service import AgentRefused
+from workers_app.redis_connection import redis_client
 
 MAX_BODY = 4096
 HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-_]{0,254}$")
@@ -73,4 +75,15 @@ def heartbeat(request: HttpRequest) -> JsonResponse:
         agent_service.record_heartbeat(payload["worker"], _secret(request))
     except AgentRefused as exc:
         return _refused(exc)
+    return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def ping(request: HttpRequest) -> JsonResponse:
+    """Whether a heartbeat could be accepted now (this server answers and reaches Redis):
+    what the heartbeat sweep asks before it counts anyone's silence."""
+    try:
+        redis_client().ping()
+    except RedisError:
+        return JsonResponse({"status": "deaf"}, status=503)
     return JsonResponse({"status": "ok"})

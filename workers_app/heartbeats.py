@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,6 +23,11 @@ PREFIX = "activate:hb:"
 EPOCH_KEY = "activate:hb-epoch"
 AGENT_PREFIX = "activate:agent:"
 SEEN_PREFIX = "activate:seen:"
+# When the heartbeat sweep last completed, and whether the platform was found deaf since.
+LAST_SWEEP_KEY = "activate:hb-last-sweep"
+DEAF_KEY = "activate:hb-deaf"
+BREAKER_PREFIX = "activate:hb-breaker:"
+CONFIRM_PREFIX = "activate:hb-confirm:"
 
 # A beat in one round trip: find the cached identity, check the secret's hash, refresh the
 # liveness key and the coarse "seen" marker. Lua's string compare is not constant-time; that
@@ -115,3 +121,45 @@ class HeartbeatStore:
             return Beat.FORBIDDEN
         worker_id, first = answer
         return Beaten(int(worker_id), first == 1)
+
+    # -- what the sweep knows about the platform's own hearing -------------------------------
+
+    def last_sweep(self) -> float | None:
+        value = self.redis.get(LAST_SWEEP_KEY)
+        return float(value) if value is not None else None
+
+    def note_sweep(self, at: float) -> None:
+        self.redis.set(LAST_SWEEP_KEY, repr(at))
+
+    def mark_deaf(self) -> None:
+        self.redis.set(DEAF_KEY, 1)
+
+    def clear_deaf(self) -> bool:
+        """Whether the platform had been deaf (exactly one caller sees True)."""
+        return bool(self.redis.delete(DEAF_KEY))
+
+    def open_breaker(self, cluster_id: int, *, silent: int, connected: int, at: float) -> None:
+        self.redis.set(
+            f"{BREAKER_PREFIX}{cluster_id}",
+            json.dumps({"silent": silent, "connected": connected, "since": at}),
+            nx=True,
+        )
+
+    def close_breaker(self, cluster_id: int) -> None:
+        self.redis.delete(f"{BREAKER_PREFIX}{cluster_id}", f"{CONFIRM_PREFIX}{cluster_id}")
+
+    def open_breakers(self) -> dict[int, dict[str, float]]:
+        keys = list(self.redis.scan_iter(match=f"{BREAKER_PREFIX}*", count=1000))
+        values = self.redis.mget(keys) if keys else []
+        return {
+            int(key.decode().removeprefix(BREAKER_PREFIX)): json.loads(value)
+            for key, value in zip(keys, values, strict=True)
+            if value is not None
+        }
+
+    def confirm_breaker(self, cluster_id: int) -> None:
+        """An operator says the silence is real: the next sweep stops those workers."""
+        self.redis.set(f"{CONFIRM_PREFIX}{cluster_id}", 1, ex=3600)
+
+    def is_confirmed(self, cluster_id: int) -> bool:
+        return bool(self.redis.exists(f"{CONFIRM_PREFIX}{cluster_id}"))

@@ -7,9 +7,12 @@ cannot record a transition twice.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
+import httpx
 from django.conf import settings
+from django.urls import reverse
 from django.utils import timezone
 
 from workers_app import lifecycle
@@ -20,6 +23,8 @@ from workers_app.statuses import WorkerStatus
 S = WorkerStatus
 log = logging.getLogger(__name__)
 BATCH = 500
+# Sweeps this many intervals apart mean the platform itself had a gap (sweeper, Redis or DB).
+SWEEP_GAP_FACTOR = 3
 TIMED_STATUSES = (S.PENDING, S.QUEUED, S.STARTING)
 
 
@@ -40,18 +45,76 @@ def sweep_timeouts(*, limit: int = BATCH) -> int:
     return handled
 
 
-def sweep_heartbeats(*, store: HeartbeatStore | None = None) -> int:
-    """Stop connected workers whose heartbeat key expired; returns how many were stopped."""
+def platform_hears() -> bool:
+    """Whether agents can reach the platform now: the sweep asks their own endpoint, through
+    the URL their job scripts use, which answers only when it can reach Redis too."""
+    if not settings.ACTIVATE_HEARING_PROBE:
+        return True
+    try:
+        answer = httpx.get(
+            settings.ACTIVATE_PUBLIC_URL.rstrip("/") + reverse("agent-ping"),
+            timeout=min(5.0, settings.ACTIVATE_SWEEP_INTERVAL),
+        )
+    except httpx.HTTPError:
+        return False
+    return answer.status_code == 200
+
+
+def _grant_grace(store: HeartbeatStore, why: str) -> None:
+    ids = list(Worker.objects.filter(status=S.CONNECTED).values_list("pk", flat=True))
+    store.beat_many(ids)
+    log.warning("%s: %d connected workers get a fresh grace period", why, len(ids))
+
+
+def sweep_heartbeats(*, store: HeartbeatStore | None = None, now: float | None = None) -> int:
+    """Stop connected workers whose heartbeat key expired; returns how many were stopped.
+
+    Silence counts only while the platform could demonstrably hear: after any gap on its own
+    side (Redis lost its data, the sweeps did not run, the agents' endpoint did not answer),
+    every connected worker gets a fresh grace period instead. The sweep's own time is written
+    last, so a sweep that fails (database or Redis down) leaves a gap the next one sees.
+    """
     store = store or HeartbeatStore()
+    now = time.time() if now is None else now
     if not store.intact():
         if store.claim_reset():
-            ids = list(Worker.objects.filter(status=S.CONNECTED).values_list("pk", flat=True))
-            store.beat_many(ids)
-            log.warning(
-                "heartbeat store was reset; %d connected workers get a grace period", len(ids)
-            )
+            _grant_grace(store, "heartbeat store was reset")
+        store.note_sweep(now)
+        return 0
+    previous = store.last_sweep()
+    if (
+        previous is not None
+        and now - previous > SWEEP_GAP_FACTOR * settings.ACTIVATE_SWEEP_INTERVAL
+    ):
+        _grant_grace(store, f"heartbeat sweeps stopped for {now - previous:.0f}s")
+        store.note_sweep(now)
+        return 0
+    if not platform_hears():
+        store.mark_deaf()
+        log.warning("agents cannot reach the platform: no worker is declared lost meanwhile")
+        store.note_sweep(now)
+        return 0
+    if store.clear_deaf():
+        _grant_grace(store, "agents could not reach the platform")
+        store.note_sweep(now)
+        return 0
+    silent = _silent_connected(store)
+    if silent is None:
         return 0
     stopped = 0
+    for cluster_id, workers in _by_cluster(silent).items():
+        if _breaker_holds(store, cluster_id, len(workers), now):
+            continue
+        for worker in workers:
+            stopped += lifecycle.mark_disconnected(worker)
+        store.close_breaker(cluster_id)
+    store.note_sweep(now)
+    return stopped
+
+
+def _silent_connected(store: HeartbeatStore) -> list[Worker] | None:
+    """Connected workers whose key expired; None if Redis was reset while they were read."""
+    silent: list[int] = []
     last_pk = 0
     while True:
         batch = list(
@@ -60,14 +123,40 @@ def sweep_heartbeats(*, store: HeartbeatStore | None = None) -> int:
             .values_list("pk", flat=True)[:BATCH]
         )
         if not batch:
-            return stopped
+            break
         last_pk = batch[-1]
-        missing = set(batch) - store.alive(batch)
-        # A reset between the epoch check and the key read must not look like silence.
-        if missing and not store.intact():
-            return stopped
-        for worker in Worker.objects.filter(pk__in=missing):
-            stopped += lifecycle.mark_disconnected(worker)
+        silent += sorted(set(batch) - store.alive(batch))
+    # A reset between the epoch check and the key reads must not look like silence.
+    if silent and not store.intact():
+        return None
+    return list(Worker.objects.filter(pk__in=silent))
+
+
+def _by_cluster(workers: list[Worker]) -> dict[int, list[Worker]]:
+    groups: dict[int, list[Worker]] = {}
+    for worker in workers:
+        groups.setdefault(worker.cluster_id, []).append(worker)
+    return groups
+
+
+def _breaker_holds(store: HeartbeatStore, cluster_id: int, silent: int, now: float) -> bool:
+    """Too many of a cluster's workers silent at once: keep them until an operator confirms."""
+    connected = Worker.objects.filter(cluster_id=cluster_id, status=S.CONNECTED).count()
+    too_many = (
+        connected >= settings.ACTIVATE_BREAKER_MIN_WORKERS
+        and silent > settings.ACTIVATE_BREAKER_SHARE * connected
+    )
+    if not too_many or store.is_confirmed(cluster_id):
+        return False
+    store.open_breaker(cluster_id, silent=silent, connected=connected, at=now)
+    log.error(
+        "cluster %s: %d of %d connected workers went silent at once; keeping them until an "
+        "operator confirms (admin: Clusters, 'Confirm lost workers')",
+        cluster_id,
+        silent,
+        connected,
+    )
+    return True
 
 
 def dispatch_pending(*, limit: int = BATCH) -> list[int]:

@@ -57,6 +57,18 @@ ACTIVATE_HEARTBEAT_TIMEOUT = env.number("ACTIVATE_HEARTBEAT_TIMEOUT", 120, minim
 ACTIVATE_PURGE_AFTER = env.number("ACTIVATE_PURGE_AFTER", 3600, minimum=0)
 ACTIVATE_POLL_INTERVAL = env.number("ACTIVATE_POLL_INTERVAL", 30, minimum=0.1)
 ACTIVATE_SWEEP_INTERVAL = env.number("ACTIVATE_SWEEP_INTERVAL", 10, minimum=0.1)
+# Before the heartbeat sweep stops anyone, it asks the agents' own endpoint whether the platform
+# can hear them at all (off only in unit tests, which run no web server).
+ACTIVATE_HEARING_PROBE = env.boolean("ACTIVATE_HEARING_PROBE", True)
+# The circuit breaker: more than this share of a cluster's connected workers (when it has at
+# least ACTIVATE_BREAKER_MIN_WORKERS) going silent in one sweep looks like the platform's own
+# fault; they are kept until an operator confirms.
+ACTIVATE_BREAKER_SHARE = env.number("ACTIVATE_BREAKER_SHARE", 0.5, minimum=0.0)
+ACTIVATE_BREAKER_MIN_WORKERS = env.integer("ACTIVATE_BREAKER_MIN_WORKERS", 3, minimum=1)
+# Commands run through the platform (pw ssh, the API's exec): per user at once, seconds, bytes.
+ACTIVATE_EXEC_PER_USER = env.integer("ACTIVATE_EXEC_PER_USER", 4, minimum=1)
+ACTIVATE_EXEC_TIMEOUT = env.number("ACTIVATE_EXEC_TIMEOUT", 300, minimum=1)
+ACTIVATE_EXEC_MAX_OUTPUT = env.integer("ACTIVATE_EXEC_MAX_OUTPUT", 1_048_576, minimum=1024)
 ACTIVATE_PROBE_INTERVAL = env.number("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
 ACTIVATE_RECONCILE_INTERVAL = env.number("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
 # How long a dispatched submission owns a pending worker before the sweep sends it again.
