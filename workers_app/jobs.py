@@ -8,13 +8,14 @@ always spoken to as the account it runs under (the user's own, or a shared clust
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
-from workers_app import effects, lifecycle
+from workers_app import lifecycle
 from workers_app.agent import agent_source
 from workers_app.clusters import note_cluster_contact
 from workers_app.connections import adapter_for, adapter_for_worker
@@ -133,7 +134,12 @@ def submit_worker(worker_id: int) -> str:
 
 
 def cancel_worker_job(worker_id: int) -> str:
-    """Ask the scheduler to end a worker's job; done only when a query no longer lists it."""
+    """Ask the scheduler to end a worker's job, if an attempt is due (the first one is).
+
+    Done only when a query no longer lists the job. A failed attempt is not retried here: the
+    poll makes the next one when it is due, so a job that will not die costs one attempt per
+    backoff period, never a growing number of retry chains.
+    """
     worker = Worker.objects.select_related("cluster", "account").filter(pk=worker_id).first()
     if worker is None or not worker.cancel_requested:
         return "nothing to cancel"
@@ -142,26 +148,52 @@ def cancel_worker_job(worker_id: int) -> str:
         return "no job"
     try:
         adapter = adapter_for_worker(worker)
-        adapter.cancel(worker.scheduler_job_id)
-        result = adapter.query([worker.scheduler_job_id])
-    except (SSHError, QueryFailed, SchedulerError) as exc:
+    except SSHError as exc:
+        return f"cannot reach the cluster: {exc}"
+    return attempt_cancel(worker, adapter)
+
+
+def _claim_cancel_attempt(worker: Worker, now: datetime) -> bool:
+    """Only one attempt at a time: whoever moves the next due time forward makes it."""
+    due = Q(next_cancel_at__isnull=True) | Q(next_cancel_at__lte=now)
+    claimed = (
+        Worker.objects.filter(due, pk=worker.pk, cancel_requested=True)
+        .filter(cancel_attempts=worker.cancel_attempts)
+        .update(
+            cancel_attempts=F("cancel_attempts") + 1,
+            next_cancel_at=now + timedelta(seconds=retry_delay(worker.cancel_attempts)),
+        )
+    )
+    if claimed:
+        worker.cancel_attempts += 1
+    return claimed == 1
+
+
+def attempt_cancel(worker: Worker, adapter: SchedulerAdapter) -> str:
+    job_id = worker.scheduler_job_id
+    if not _claim_cancel_attempt(worker, timezone.now()):
+        return "the next cancel attempt is not due"
+    try:
+        adapter.cancel(job_id)
+        result = adapter.query([job_id])
+    except (SSHError, QueryFailed) as exc:
         note_cluster_contact(worker.cluster, error=str(exc))
-        raise CancelNotConfirmed(str(exc)) from exc
+        return f"cancel of job {job_id} not confirmed: {exc}"
+    except SchedulerError as exc:
+        note_cluster_contact(worker.cluster)
+        return f"the scheduler refused to cancel job {job_id}: {exc}"
     note_cluster_contact(worker.cluster)
-    info = result.get(worker.scheduler_job_id)
+    info = result.get(job_id)
     if info is None or info.phase is Phase.ENDED:
         lifecycle.confirm_job_gone(worker)
         return "cancelled"
-    raise CancelNotConfirmed(f"job {worker.scheduler_job_id} is still {info.state}")
-
-
-class CancelNotConfirmed(Exception):
-    """The job may still hold its allocation; the cancel is retried."""
+    return f"job {job_id} is still {info.state}"
 
 
 def _apply(worker: Worker, info: JobInfo | None, adapter: SchedulerAdapter) -> None:
     if worker.cancel_requested and info is not None and info.phase is not Phase.ENDED:
-        effects.cancel_worker_job(worker.pk)
+        if attempt_cancel(worker, adapter) == "cancelled":
+            return
     if info is not None and info.phase is Phase.QUEUED:
         if worker.status in (S.STARTING, S.CONNECTED):
             lifecycle.mark_requeued(worker, reason=f"Job {info.state}: back in the queue")
@@ -255,23 +287,35 @@ def _reconcile_account(cluster: Cluster, account: ClusterAccount | None) -> list
     except (SSHError, QueryFailed) as exc:
         log.warning("reconcile of %s as %s failed: %s", cluster.name, account or "its own", exc)
         return []
-    public_ids = {name.removeprefix(prefix): job_id for job_id, name in jobs.items()}
-    live = set(
-        Worker.objects.filter(cluster=cluster, public_id__in=public_ids, status__in=WITH_JOB)
-        .exclude(cancel_requested=True)
-        .values_list("public_id", flat=True)
-    )
-    # A pending worker may be mid-submit: its job is about to be recorded, not an orphan.
-    live |= set(
-        Worker.objects.filter(
-            cluster=cluster, public_id__in=public_ids, status=S.PENDING
-        ).values_list("public_id", flat=True)
-    )
-    orphans = [job_id for public_id, job_id in public_ids.items() if public_id not in live]
+    workers = {
+        worker.public_id: worker
+        for worker in Worker.objects.filter(
+            cluster=cluster, public_id__in={name.removeprefix(prefix) for name in jobs.values()}
+        ).only("public_id", "status", "scheduler_job_id", "cancel_requested")
+    }
+    orphans = [
+        job_id
+        for job_id, name in jobs.items()
+        if not _job_is_wanted(job_id, workers.get(name.removeprefix(prefix)))
+    ]
     for job_id in orphans:
         try:
             adapter.cancel(job_id)
             log.warning("cancelled orphan job %s on %s", job_id, cluster.name)
-        except (SSHError, SchedulerError) as exc:
+        except (SSHError, SchedulerError, ValueError) as exc:
+            # One job that cannot be cancelled must not keep the others alive.
             log.warning("could not cancel orphan job %s on %s: %s", job_id, cluster.name, exc)
     return orphans
+
+
+def _job_is_wanted(job_id: str, worker: Worker | None) -> bool:
+    if worker is None:
+        return False
+    if worker.status == S.PENDING:
+        # Mid-submit: its job is about to be recorded, not an orphan.
+        return True
+    return (
+        worker.status in WITH_JOB
+        and not worker.cancel_requested
+        and worker.scheduler_job_id == job_id
+    )

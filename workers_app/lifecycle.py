@@ -302,5 +302,5 @@ def confirm_job_gone(worker: Worker) -> None:
     """The scheduler no longer lists the job we asked to cancel."""
     if worker.status == S.STOPPING:
         mark_job_ended(worker, state="CANCELLED", exit_code="", failed=False)
-    Worker.objects.filter(pk=worker.pk).update(cancel_requested=False)
-    worker.cancel_requested = False
+    Worker.objects.filter(pk=worker.pk).update(cancel_requested=False, next_cancel_at=None)
+    worker.cancel_requested, worker.next_cancel_at = False, None

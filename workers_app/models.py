@@ -46,6 +46,8 @@ class SchedulerKind(models.TextChoices):
 class Reachability(models.TextChoices):
     ONLINE = "online", "online"
     OFFLINE = "offline", "offline"
+    # Reachable or not, the platform cannot use it as configured (e.g. a key it cannot decrypt).
+    MISCONFIGURED = "misconfigured", "misconfigured"
     UNKNOWN = "unknown", "unknown"
 
 
@@ -265,6 +267,9 @@ class Worker(models.Model):
     submit_attempts = models.PositiveIntegerField(default=0)
     # The job must be cancelled until the scheduler confirms it gone, whatever the status says.
     cancel_requested = models.BooleanField(default=False)
+    # Cancel attempts, one at a time: the poll tries again when the next one is due.
+    cancel_attempts = models.PositiveIntegerField(default=0)
+    next_cancel_at = models.DateTimeField(null=True, blank=True)
 
     agent_secret_hash = models.CharField(max_length=64, blank=True)
     # A client's Idempotency-Key: the same request sent again answers this worker, not a new one.

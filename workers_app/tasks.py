@@ -30,14 +30,9 @@ def submit_worker(worker_id: int) -> str:
     return jobs.submit_worker(worker_id)
 
 
-@shared_task(
-    bind=True,
-    autoretry_for=(jobs.CancelNotConfirmed,),
-    retry_backoff=5,
-    retry_backoff_max=300,
-    max_retries=None,
-)
-def cancel_worker_job(self: object, worker_id: int) -> str:
+@shared_task
+def cancel_worker_job(worker_id: int) -> str:
+    # One attempt; the poll makes the next ones, with backoff, while the job is still listed.
     return jobs.cancel_worker_job(worker_id)
 
 

@@ -583,3 +583,10 @@ def test_options_a_field_sets_are_refused_in_raw_directives(directive: str, opti
         set_by_fields={"account": "Account", "time": "Wall Time", "nodes": "Nodes", "qos": "QoS"},
     )
     assert problem is not None and option in problem
+
+
+@pytest.mark.parametrize(("listed", "cancelled"), [("12", "12"), ("12_3", "12"), ("12+0", "12")])
+def test_cancel_takes_every_form_of_job_id_squeue_prints(listed: str, cancelled: str) -> None:
+    runner = FakeRunner().on("scancel", ok(""))
+    SlurmAdapter(runner).cancel(listed)
+    assert runner.calls[0][0] == ["scancel", cancelled]

@@ -402,9 +402,10 @@ class SlurmAdapter(SchedulerAdapter):
         return None
 
     def cancel(self, job_id: str) -> None:
-        if not JOB_ID.fullmatch(job_id):
+        if not LISTED_JOB_ID.fullmatch(job_id):
             raise ValueError(f"not a Slurm job id: {job_id!r}")
-        result = self._run(["scancel", job_id])
+        # An array (12_3, 12_[0-2]) or heterogeneous (12+0) id: the whole job goes.
+        result = self._run(["scancel", job_id.split("_")[0].split("+")[0]])
         if result.exit_status == 0:
             return
         stderr = result.stderr
