@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from workers_app.connections import adapter_for
+from workers_app.connections import KeyUnusable, adapter_for
 from workers_app.models import (
     Cluster,
     Environment,
@@ -19,11 +19,16 @@ from workers_app.schedulers.ssh import SSHError
 from workers_app.statuses import WorkerStatus
 
 
-def note_cluster_contact(cluster: Cluster, *, error: str = "") -> None:
+def note_cluster_contact(cluster: Cluster, *, error: Exception | None = None) -> None:
+    """What the last contact said, for operators: online, offline, or misconfigured (a stored
+    key the platform cannot decrypt, which no retry mends)."""
     now = timezone.now()
-    if error:
+    if error is not None:
+        reachability = (
+            Reachability.MISCONFIGURED if isinstance(error, KeyUnusable) else Reachability.OFFLINE
+        )
         Cluster.objects.filter(pk=cluster.pk).update(
-            reachability=Reachability.OFFLINE, last_error=error[:2000]
+            reachability=reachability, last_error=str(error)[:2000]
         )
         return
     was_offline = cluster.reachability != Reachability.ONLINE
@@ -49,7 +54,7 @@ def probe_cluster(cluster_id: int) -> bool:
         adapter = adapter_for(cluster)
         partitions = adapter.partitions()
     except (SSHError, QueryFailed, SchedulerError) as exc:
-        note_cluster_contact(cluster, error=str(exc))
+        note_cluster_contact(cluster, error=exc)
         return False
     note_cluster_contact(cluster)
     now = timezone.now()

@@ -17,6 +17,7 @@ import time
 import redis
 from django.conf import settings
 
+from workers_app.keystore import KeyDecryptionError
 from workers_app.models import Cluster, ClusterAccount, Worker
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers import adapter_class
@@ -36,12 +37,19 @@ def _fingerprint(*parts: object) -> tuple[str, ...]:
     return tuple(hashlib.sha256(str(part).encode()).hexdigest()[:16] for part in parts)
 
 
+class KeyUnusable(SSHError):
+    """A stored private key cannot be decrypted (ACTIVATE_SECRET_KEY changed): no retry helps."""
+
+
 def _login(cluster: Cluster, account: ClusterAccount | None) -> tuple[str, str]:
-    if account is not None:
-        return account.remote_username, account.private_key()
-    if not cluster.username or not cluster.has_private_key:
-        raise SSHError(f"cluster {cluster.name} has no account of its own configured")
-    return cluster.username, cluster.private_key()
+    try:
+        if account is not None:
+            return account.remote_username, account.private_key()
+        if not cluster.username or not cluster.has_private_key:
+            raise SSHError(f"cluster {cluster.name} has no account of its own configured")
+        return cluster.username, cluster.private_key()
+    except KeyDecryptionError as exc:
+        raise KeyUnusable(str(exc)) from None
 
 
 def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> SSHConnection:

@@ -18,7 +18,7 @@ from django.utils import timezone
 from workers_app import lifecycle
 from workers_app.agent import agent_source
 from workers_app.clusters import note_cluster_contact
-from workers_app.connections import adapter_for, adapter_for_worker
+from workers_app.connections import KeyUnusable, adapter_for, adapter_for_worker
 from workers_app.locks import submission_lock
 from workers_app.models import Cluster, ClusterAccount, Worker, job_name_prefix, new_agent_secret
 from workers_app.schedulers.base import (
@@ -28,8 +28,9 @@ from workers_app.schedulers.base import (
     QueryFailed,
     SchedulerAdapter,
     SchedulerError,
+    SchedulerUnavailable,
 )
-from workers_app.schedulers.ssh import AuthenticationFailed, SSHError
+from workers_app.schedulers.ssh import AuthenticationFailed, CommandTimeout, SSHError
 from workers_app.statuses import WITH_JOB, WorkerStatus
 
 S = WorkerStatus
@@ -59,6 +60,23 @@ def job_spec(worker: Worker, secret: str) -> JobSpec:
         },
         command=command,
     )
+
+
+def reason_for_users(cluster: Cluster, exc: Exception) -> str:
+    """Why, in words for the worker's owner: never the cluster's host or another account (the
+    whole message is in the cluster's last error and the log, for operators)."""
+    if isinstance(exc, AuthenticationFailed):
+        return (
+            f"cluster {cluster.name} refused your account's login; check it on the Clusters "
+            "page (pw cluster verify)"
+        )
+    if isinstance(exc, KeyUnusable):
+        return f"cluster {cluster.name} is misconfigured on the platform; an operator must fix it"
+    if isinstance(exc, CommandTimeout):
+        return f"cluster {cluster.name} did not answer in time"
+    if isinstance(exc, SSHError):
+        return f"cluster {cluster.name} cannot be reached"
+    return f"the scheduler on {cluster.name} is not answering"
 
 
 def note_account_refused(account: ClusterAccount | None, error: str) -> None:
@@ -108,19 +126,20 @@ def submit_worker(worker_id: int) -> str:
                 job_id = adapter.submit(job_spec(worker, secret))
         except AuthenticationFailed as exc:
             note_account_refused(worker.account, str(exc))
-            lifecycle.fail_worker(
-                worker, reason=f"Cluster {cluster.name} refused your account's login: {exc}"
-            )
+            lifecycle.fail_worker(worker, reason=reason_for_users(cluster, exc))
             return "account refused"
-        except (SSHError, QueryFailed) as exc:
-            note_cluster_contact(cluster, error=str(exc))
+        except (SSHError, QueryFailed, SchedulerUnavailable) as exc:
+            # Unknown outcome (sbatch may have made the job): the next attempt looks it up.
+            if isinstance(exc, SSHError | QueryFailed):
+                note_cluster_contact(cluster, error=exc)
             delay = retry_delay(worker.submit_attempts)
             lifecycle.note_waiting(
                 worker,
-                reason=f"Waiting for cluster {cluster.name}: {exc}",
+                reason=f"Waiting for cluster {cluster.name}: {reason_for_users(cluster, exc)}",
                 next_attempt_at=timezone.now() + timedelta(seconds=delay),
             )
-            return f"cluster unreachable, retry in {delay:g}s"
+            log.warning("submission of %s waits %gs: %s", worker.public_id, delay, exc)
+            return f"cluster unavailable, retry in {delay:g}s"
         except SchedulerError as exc:
             note_cluster_contact(cluster)
             lifecycle.fail_worker(worker, reason=f"The scheduler refused the job: {exc}")
@@ -177,7 +196,7 @@ def attempt_cancel(worker: Worker, adapter: SchedulerAdapter) -> str:
         adapter.cancel(job_id)
         result = adapter.query([job_id])
     except (SSHError, QueryFailed) as exc:
-        note_cluster_contact(worker.cluster, error=str(exc))
+        note_cluster_contact(worker.cluster, error=exc)
         return f"cancel of job {job_id} not confirmed: {exc}"
     except SchedulerError as exc:
         note_cluster_contact(worker.cluster)
@@ -250,7 +269,7 @@ def poll_cluster(cluster_id: int) -> int:
             log.warning("poll of %s as %s refused, keeping every status: %s", cluster, account, exc)
             continue
         except (SSHError, QueryFailed) as exc:
-            note_cluster_contact(cluster, error=str(exc))
+            note_cluster_contact(cluster, error=exc)
             log.warning("poll of %s failed, keeping every status: %s", cluster.name, exc)
             continue
         note_cluster_contact(cluster)

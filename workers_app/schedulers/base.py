@@ -15,6 +15,11 @@ class SchedulerError(Exception):
     """The scheduler answered, and refused (bad partition, invalid option, ...)."""
 
 
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler did not answer (controller down, timed out): nothing was refused, and
+    whether anything happened is unknown. Worth retrying; never a reason to fail a worker."""
+
+
 class QueryFailed(Exception):
     """A status query did not give a trustworthy answer; nothing may change because of it."""
 
@@ -171,6 +176,16 @@ class SchedulerAdapter(ABC):
         if option not in cls.allowed_options:
             return f"{directive!r}: option {option} is not one users may set"
         return None
+
+    # Words in a failed command's message that mean the scheduler did not answer.
+    unavailable_markers: tuple[str, ...] = ()
+
+    def refusal(self, what: str, result: CommandResult) -> SchedulerError:
+        """The error a failed scheduler command means: unavailable, or a real refusal."""
+        message = result.stderr.strip() or f"{what} exited {result.exit_status}"
+        if any(marker in message for marker in self.unavailable_markers):
+            return SchedulerUnavailable(message)
+        return SchedulerError(message)
 
     def submit_options(self, spec: JobSpec) -> list[str]:
         """Options given on the submit command line, where they win over the script's."""

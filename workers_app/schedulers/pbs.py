@@ -204,6 +204,13 @@ def _node_free(node: dict[str, Any]) -> bool:
 class PbsAdapter(SchedulerAdapter):
     kind = "pbs"
     directive_prefix = "#PBS"
+    unavailable_markers = (
+        "Cannot connect to server",
+        "cannot connect to server",
+        "pbs_iff",
+        "Connection refused",
+        "timed out",
+    )
     allowed_options = ALLOWED_OPTIONS
     # PBS has no QOS; the nearest (a queue) is the environment's partition, so no field.
     field_syntax = {
@@ -244,7 +251,7 @@ class PbsAdapter(SchedulerAdapter):
         script = self.render_script(spec)
         result = self.runner.run(["qsub", *self.submit_options(spec)], stdin=script)
         if result.exit_status != 0:
-            raise SchedulerError(result.stderr.strip() or f"qsub exited {result.exit_status}")
+            raise self.refusal("qsub", result)
         lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
         if not lines or not JOB_ID.fullmatch(lines[-1]):
             raise SchedulerError(f"unexpected qsub output: {result.stdout[:200]!r}")

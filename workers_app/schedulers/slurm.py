@@ -21,7 +21,7 @@ from workers_app.schedulers.base import (
     QueryFailed,
     QueryResult,
     SchedulerAdapter,
-    SchedulerError,
+    SchedulerUnavailable,
 )
 
 log = logging.getLogger(__name__)
@@ -269,6 +269,14 @@ def _node_takes_jobs(state: str) -> bool:
 class SlurmAdapter(SchedulerAdapter):
     kind = "slurm"
     directive_prefix = "#SBATCH"
+    unavailable_markers = (
+        "Unable to contact slurm controller",
+        "Socket timed out",
+        "temporarily unable to accept",
+        "Transport endpoint is not connected",
+        "Zero Bytes were transmitted",
+        "Resource temporarily unavailable",
+    )
     allowed_options = ALLOWED_OPTIONS
     field_syntax = {
         "walltime": FieldSyntax("--time={value}", WALLTIME_PATTERN),
@@ -308,12 +316,12 @@ class SlurmAdapter(SchedulerAdapter):
         script = self.render_script(spec)
         result = self._run(["sbatch", "--parsable", *self.submit_options(spec)], stdin=script)
         if result.exit_status != 0:
-            raise SchedulerError(result.stderr.strip() or f"sbatch exited {result.exit_status}")
+            raise self.refusal("sbatch", result)
         lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
         match = SBATCH_OUTPUT.fullmatch(lines[-1]) if lines else None
         if match is None:
             # The job may exist: the caller finds it by name before submitting again.
-            raise SchedulerError(f"unexpected sbatch output: {result.stdout[:200]!r}")
+            raise SchedulerUnavailable(f"unexpected sbatch output: {result.stdout[:200]!r}")
         return match.group(1)
 
     def query(self, job_ids: list[str]) -> QueryResult:
@@ -411,7 +419,7 @@ class SlurmAdapter(SchedulerAdapter):
         stderr = result.stderr
         if NOT_FOUND in stderr or "already completing or completed" in stderr:
             return
-        raise SchedulerError(stderr.strip() or f"scancel exited {result.exit_status}")
+        raise self.refusal("scancel", result)
 
     def run_in_job(self, job_id: str, argv: list[str]) -> CommandResult:
         if not JOB_ID.fullmatch(job_id):
