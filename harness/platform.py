@@ -146,9 +146,14 @@ class Platform:
         return self._spawn(name, ["bash", str(START), "beat"], environ)
 
     def start_all(self) -> None:
-        self.start_web()
-        self.start_worker()
-        self.start_beat()
+        """Web server, Celery worker and beat; if one does not start, none is left running."""
+        try:
+            self.start_web()
+            self.start_worker()
+            self.start_beat()
+        except BaseException:
+            self.stop_all()
+            raise
 
     def _spawn(
         self, name: str, argv: list[str], environ: dict[str, str]
