@@ -40,7 +40,12 @@ class FakeRunner:
         return self
 
     def run(
-        self, argv: list[str], *, stdin: str | None = None, timeout: float | None = None
+        self,
+        argv: list[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        output_limit: int | None = None,
     ) -> CommandResult:
         self.calls.append((list(argv), stdin))
         queue = self.answers.get(argv[0])

@@ -179,6 +179,9 @@ class CommandRequestSerializer(serializers.Serializer[None]):
 
 
 class CommandResultSerializer(serializers.Serializer[None]):
-    exit_status = serializers.IntegerField()
+    exit_status = serializers.IntegerField(help_text="-1 when the output was cut short.")
     stdout = serializers.CharField(allow_blank=True)
     stderr = serializers.CharField(allow_blank=True)
+    truncated = serializers.BooleanField(
+        help_text="The output passed the platform's limit; the command was left running."
+    )

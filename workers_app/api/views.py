@@ -283,6 +283,7 @@ class WorkerViewSet(
             400: ErrorSerializer,
             403: ErrorSerializer,
             409: ErrorSerializer,
+            429: ErrorSerializer,
             502: ErrorSerializer,
             **NOT_FOUND,
         },
@@ -305,11 +306,20 @@ class WorkerViewSet(
             )
         except services.WorkerNotReady as exc:
             return Response({"field": None, "detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        except services.TooManyCommands as exc:
+            return Response(
+                {"field": None, "detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS
+            )
         except (SSHError, QueryFailed, SchedulerError) as exc:
             return Response(
                 {"field": None, "detail": f"cluster {worker.cluster.name}: {exc}"},
                 status=status.HTTP_502_BAD_GATEWAY,
             )
         return Response(
-            {"exit_status": result.exit_status, "stdout": result.stdout, "stderr": result.stderr}
+            {
+                "exit_status": result.exit_status,
+                "stdout": result.stdout,
+                "stderr": result.stderr,
+                "truncated": result.truncated,
+            }
         )

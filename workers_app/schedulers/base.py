@@ -26,16 +26,23 @@ class QueryFailed(Exception):
 
 @dataclass(frozen=True)
 class CommandResult:
-    exit_status: int
+    exit_status: int  # -1 when the output was cut short before the command ended
     stdout: str
     stderr: str
+    # The output passed the caller's limit: what came so far, and the command was left.
+    truncated: bool = False
 
 
 class CommandRunner(Protocol):
     """Runs one command (argv, quoted by the runner) on the cluster's login host."""
 
     def run(
-        self, argv: list[str], *, stdin: str | None = None, timeout: float | None = None
+        self,
+        argv: list[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        output_limit: int | None = None,
     ) -> CommandResult: ...
 
 
@@ -256,6 +263,13 @@ class SchedulerAdapter(ABC):
         """Partitions (queues) with node counts, for auto-detected environments."""
 
     @abstractmethod
-    def run_in_job(self, job_id: str, argv: list[str]) -> CommandResult:
+    def run_in_job(
+        self,
+        job_id: str,
+        argv: list[str],
+        *,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> CommandResult:
         """Run a command on the job's node (the one the scheduler reports), inside its
         allocation where the scheduler allows. SchedulerError if the job is not running."""

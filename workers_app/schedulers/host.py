@@ -308,11 +308,18 @@ class HostAdapter(SchedulerAdapter):
                 result.stderr.strip()[:500] or f"cancel exited {result.exit_status}"
             )
 
-    def run_in_job(self, job_id: str, argv: list[str]) -> CommandResult:
+    def run_in_job(
+        self,
+        job_id: str,
+        argv: list[str],
+        *,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> CommandResult:
         if not JOB_ID.fullmatch(job_id):
             raise ValueError(f"not a host job id: {job_id!r}")
         # The host is the node: the command runs beside the job.
-        return self.runner.run(argv)
+        return self.runner.run(argv, timeout=timeout, output_limit=output_limit)
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         return {

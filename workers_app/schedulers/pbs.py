@@ -316,7 +316,14 @@ class PbsAdapter(SchedulerAdapter):
             return
         raise SchedulerError(stderr.strip() or f"qdel exited {result.exit_status}")
 
-    def run_in_job(self, job_id: str, argv: list[str]) -> CommandResult:
+    def run_in_job(
+        self,
+        job_id: str,
+        argv: list[str],
+        *,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> CommandResult:
         self._check_ids([job_id])
         info = self.query([job_id]).get(job_id)
         if info is None or info.phase is not Phase.RUNNING or not info.node:
@@ -327,7 +334,11 @@ class PbsAdapter(SchedulerAdapter):
         # PBS Pro sites allow SSH from the login node to nodes that run one's own job. ssh
         # hands its command to the node's shell, so argv goes as one quoted word: the node's
         # shell then parses it exactly once, back into argv.
-        return self.runner.run(["ssh", "-o", "BatchMode=yes", node, "--", shlex.join(argv)])
+        return self.runner.run(
+            ["ssh", "-o", "BatchMode=yes", node, "--", shlex.join(argv)],
+            timeout=timeout,
+            output_limit=output_limit,
+        )
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         # Jobs of the cluster account only; qselect without -x lists unfinished ones.

@@ -421,11 +421,22 @@ class SlurmAdapter(SchedulerAdapter):
             return
         raise self.refusal("scancel", result)
 
-    def run_in_job(self, job_id: str, argv: list[str]) -> CommandResult:
+    def run_in_job(
+        self,
+        job_id: str,
+        argv: list[str],
+        *,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> CommandResult:
         if not JOB_ID.fullmatch(job_id):
             raise ValueError(f"not a Slurm job id: {job_id!r}")
         # --overlap shares the allocation's resources with the agent's step instead of waiting.
-        return self._run(["srun", f"--jobid={job_id}", "--overlap", "--ntasks=1", "--", *argv])
+        return self.runner.run(
+            ["srun", f"--jobid={job_id}", "--overlap", "--ntasks=1", "--", *argv],
+            timeout=timeout,
+            output_limit=output_limit,
+        )
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         # Live jobs of the cluster account only (--me): platform jobs all run under it.

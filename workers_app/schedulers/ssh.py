@@ -240,12 +240,19 @@ class SSHConnection:
     # -- commands ---------------------------------------------------------------------------
 
     def run(
-        self, argv: list[str], *, stdin: str | None = None, timeout: float | None = None
+        self,
+        argv: list[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        output_limit: int | None = None,
     ) -> CommandResult:
         """Run argv (each word quoted for the remote shell); stdin, if given, is sent and closed.
 
         Raises SSHError when the cluster cannot be reached, CommandTimeout when the command
-        outlives ``timeout``; a non-zero exit is a normal result, not an exception.
+        outlives ``timeout``; a non-zero exit is a normal result, not an exception. Past
+        ``output_limit`` bytes of output the command is left (its channel closed) and the
+        result says ``truncated``.
         """
         if not argv:
             raise ValueError("empty command")
@@ -260,7 +267,7 @@ class SSHConnection:
             try:
                 channel = self._open_channel()
                 try:
-                    return self._execute(channel, command, stdin, deadline)
+                    return self._execute(channel, command, stdin, deadline, output_limit)
                 finally:
                     channel.close()
             finally:
@@ -271,7 +278,12 @@ class SSHConnection:
                 self.last_used = time.monotonic()
 
     def _execute(
-        self, channel: paramiko.Channel, command: str, stdin: str | None, deadline: float
+        self,
+        channel: paramiko.Channel,
+        command: str,
+        stdin: str | None,
+        deadline: float,
+        output_limit: int | None,
     ) -> CommandResult:
         try:
             channel.settimeout(max(0.001, deadline - time.monotonic()))
@@ -282,11 +294,18 @@ class SSHConnection:
             if stdin:
                 self._send_stdin(channel, stdin)
             channel.shutdown_write()
-            stdout, stderr = self._read_all(channel, deadline)
+            stdout, stderr = self._read_all(channel, deadline, output_limit)
         except TimeoutError:
             raise CommandTimeout(f"{command[:80]!r} did not finish in time") from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise SSHError(f"connection to {self.host} broke during a command: {exc}") from exc
+        if output_limit is not None and len(stdout) + len(stderr) > output_limit:
+            return CommandResult(
+                exit_status=-1,
+                stdout=stdout[:output_limit].decode(errors="replace"),
+                stderr=stderr[: max(0, output_limit - len(stdout))].decode(errors="replace"),
+                truncated=True,
+            )
         transport = channel.get_transport()
         if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
             raise CommandTimeout(f"{command[:80]!r} sent no exit status in time")
@@ -313,12 +332,17 @@ class SSHConnection:
                 raise
 
     @staticmethod
-    def _read_all(channel: paramiko.Channel, deadline: float) -> tuple[bytes, bytes]:
+    def _read_all(
+        channel: paramiko.Channel, deadline: float, output_limit: int | None = None
+    ) -> tuple[bytes, bytes]:
         # Both streams share one flow-control window: reading only stdout while the command
         # fills stderr would stall it forever, so stderr is drained on every wake-up.
         stdout = bytearray()
         stderr = bytearray()
+        limit = float("inf") if output_limit is None else output_limit
         while True:
+            if len(stdout) + len(stderr) > limit:
+                return bytes(stdout), bytes(stderr)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError
@@ -334,15 +358,16 @@ class SSHConnection:
             if not data:
                 break
             stdout += data
-        while True:
+        while len(stdout) + len(stderr) <= limit:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError
             channel.settimeout(remaining)
             data = channel.recv_stderr(READ_CHUNK)
             if not data:
-                return bytes(stdout), bytes(stderr)
+                break
             stderr += data
+        return bytes(stdout), bytes(stderr)
 
 
 def _forget_counters_after_fork() -> None:
