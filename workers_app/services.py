@@ -59,8 +59,10 @@ def request_worker(
     if not env.is_active:
         raise ParameterError("environment", f"environment {environment!r} is inactive")
     name = name.strip()
-    if len(name) > NAME_MAX or any(ch in name for ch in "\n\r\x00"):
-        raise ParameterError("name", f"must be one line of at most {NAME_MAX} characters")
+    if len(name) > NAME_MAX or not name.isprintable():
+        raise ParameterError(
+            "name", f"must be at most {NAME_MAX} printable characters (no control characters)"
+        )
     account = acting_account(owner, found_cluster)
     resolved = validate_params(env, params or {}, scheduler=adapter_class(found_cluster.scheduler))
     now = timezone.now()

@@ -80,3 +80,15 @@ def test_with_the_broker_down_a_request_is_stored_answered_201_and_dispatched_la
     # The dispatch sweep sends it once its first lease has passed.
     Worker.objects.filter(pk=worker.pk).update(next_attempt_at=worker.created_at)
     assert sweeps.dispatch_pending() == [worker.pk]
+
+
+@pytest.mark.parametrize(
+    "name", ["tab\there", "bell\x07", "esc\x1b[31mred", "line\nbreak", "x" * 129]
+)
+def test_worker_names_refuse_control_characters_and_length(
+    api: APIClient, compute_env: Environment, name: str
+) -> None:
+    response = api.post("/api/workers/", {**BODY, "name": name}, format="json")
+
+    assert response.status_code == 400 and response.json()["field"] == "name"
+    assert not Worker.objects.exists()
