@@ -144,7 +144,7 @@ def test_create_names_the_worker_after_its_environment_by_default(
         (
             {"cluster": "test-slurm", "environment": "compute", "name": "a\nb"},
             "name",
-            "one line",
+            "printable characters",
         ),
         ({"cluster": "test\x00slurm", "environment": "compute"}, "cluster", "Null characters"),
     ],
