@@ -13,7 +13,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,6 +155,15 @@ class Platform:
         except BaseException:
             self.stop_all()
             raise
+
+    @contextmanager
+    def running(self) -> Iterator[Platform]:
+        """The whole platform for the length of a ``with`` block."""
+        self.start_all()
+        try:
+            yield self
+        finally:
+            self.stop_all()
 
     def _spawn(
         self, name: str, argv: list[str], environ: dict[str, str]

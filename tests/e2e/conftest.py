@@ -16,12 +16,8 @@ from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField
 
 @pytest.fixture
 def platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
-    running = Platform(workdir=tmp_path)
-    running.start_all()
-    try:
+    with Platform(workdir=tmp_path).running() as running:
         yield running
-    finally:
-        running.stop_all()
 
 
 @pytest.fixture

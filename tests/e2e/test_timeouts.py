@@ -24,18 +24,9 @@ SLACK = 1.5
 
 @pytest.fixture
 def short_timeouts(transactional_db: None, tmp_path: Path):
-    platform = Platform(
-        workdir=tmp_path,
-        knobs={
-            "ACTIVATE_PENDING_TIMEOUT": str(PENDING),
-            "ACTIVATE_QUEUED_TIMEOUT": str(QUEUED),
-        },
-    )
-    platform.start_all()
-    try:
+    knobs = {"ACTIVATE_PENDING_TIMEOUT": str(PENDING), "ACTIVATE_QUEUED_TIMEOUT": str(QUEUED)}
+    with Platform(workdir=tmp_path, knobs=knobs).running() as platform:
         yield platform
-    finally:
-        platform.stop_all()
 
 
 def create(platform: Platform, user: User, environment: Environment, **params: str) -> Worker:
