@@ -39,7 +39,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy activate workers_app sessions_app
+	$(BIN)/mypy activate workers_app sessions_app harness bench drills
 	$(BIN)/mypy --config-file cli/pyproject.toml cli/src
 
 pytest: venv
