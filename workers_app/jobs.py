@@ -65,7 +65,7 @@ def job_spec(worker: Worker, secret: str) -> JobSpec:
 def reason_for_users(cluster: Cluster, exc: Exception) -> str:
     """Why, in words for the worker's owner: never the cluster's host or another account (the
     whole message is in the cluster's last error and the log, for operators)."""
-    if isinstance(exc, AuthenticationFailed):
+    if isinstance(exc, AuthenticationFailed) and not cluster.shared:
         return (
             f"cluster {cluster.name} refused your account's login; check it on the Clusters "
             "page (pw cluster verify)"
@@ -125,6 +125,10 @@ def submit_worker(worker_id: int) -> str:
                 worker.agent_secret_hash = secret_hash
                 job_id = adapter.submit(job_spec(worker, secret))
         except AuthenticationFailed as exc:
+            if worker.account is None:
+                # The cluster's own (shared) account: an operator's matter, worth waiting for.
+                note_cluster_contact(cluster, error=exc)
+                return _wait_for_cluster(worker, cluster, exc)
             note_account_refused(worker.account, str(exc))
             lifecycle.fail_worker(worker, reason=reason_for_users(cluster, exc))
             return "account refused"
@@ -132,14 +136,7 @@ def submit_worker(worker_id: int) -> str:
             # Unknown outcome (sbatch may have made the job): the next attempt looks it up.
             if isinstance(exc, SSHError | QueryFailed):
                 note_cluster_contact(cluster, error=exc)
-            delay = retry_delay(worker.submit_attempts)
-            lifecycle.note_waiting(
-                worker,
-                reason=f"Waiting for cluster {cluster.name}: {reason_for_users(cluster, exc)}",
-                next_attempt_at=timezone.now() + timedelta(seconds=delay),
-            )
-            log.warning("submission of %s waits %gs: %s", worker.public_id, delay, exc)
-            return f"cluster unavailable, retry in {delay:g}s"
+            return _wait_for_cluster(worker, cluster, exc)
         except SchedulerError as exc:
             note_cluster_contact(cluster)
             lifecycle.fail_worker(worker, reason=f"The scheduler refused the job: {exc}")
@@ -150,6 +147,17 @@ def submit_worker(worker_id: int) -> str:
                 lifecycle.record_job_to_cancel(worker, job_id=job_id)
                 return f"worker ended meanwhile; cancelling job {job_id}"
     return f"submitted as job {job_id}"
+
+
+def _wait_for_cluster(worker: Worker, cluster: Cluster, exc: Exception) -> str:
+    delay = retry_delay(worker.submit_attempts)
+    lifecycle.note_waiting(
+        worker,
+        reason=f"Waiting for cluster {cluster.name}: {reason_for_users(cluster, exc)}",
+        next_attempt_at=timezone.now() + timedelta(seconds=delay),
+    )
+    log.warning("submission of %s waits %gs: %s", worker.public_id, delay, exc)
+    return f"cluster unavailable, retry in {delay:g}s"
 
 
 def cancel_worker_job(worker_id: int) -> str:

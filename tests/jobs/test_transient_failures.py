@@ -74,3 +74,30 @@ def test_a_key_encrypted_under_another_secret_marks_the_cluster_misconfigured(
     cluster = Cluster.objects.get(pk=worker.cluster_id)
     assert cluster.reachability == Reachability.MISCONFIGURED
     assert "ACTIVATE_SECRET_KEY" in cluster.last_error
+
+
+def test_a_users_login_refused_fails_their_worker_and_asks_them_to_check_the_account(
+    make_cluster, user, ssh_target: SshTarget
+) -> None:
+    from workers_app import accounts, services
+    from workers_app.models import Environment
+
+    cluster = make_cluster(name="per-user", shared=False)
+    Environment.objects.create(cluster=cluster, name="compute", partition=ssh_target.partition)
+    remote, key = sorted(ssh_target.accounts.items())[0]
+    account = accounts.connect_account(
+        user, cluster, remote_username=remote, private_key=open(key).read()
+    )
+    assert accounts.verify_account(account)
+    worker = services.request_worker(owner=user, cluster=cluster.name, environment="compute")
+    # The user's key is no longer accepted there (removed from authorized_keys, say).
+    account.set_private_key(accounts.generate_key_pair("not-installed")[0])
+    account.save()
+
+    submit_now(worker)
+
+    assert worker.status == S.ERROR
+    assert "refused your account's login" in worker.status_reason
+    assert ssh_target.host not in worker.status_reason
+    account.refresh_from_db()
+    assert not account.is_verified and "authentication" in account.last_error
