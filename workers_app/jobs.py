@@ -53,7 +53,7 @@ def job_spec(worker: Worker, secret: str) -> JobSpec:
         partition=worker.job_partition,
         directives=list(worker.job_directives),
         environment={
-            "ACTIVATE_URL": settings.ACTIVATE_PUBLIC_URL,
+            "ACTIVATE_URL": settings.ACTIVATE_AGENT_URL,
             "ACTIVATE_WORKER_ID": worker.public_id,
             "ACTIVATE_WORKER_SECRET": secret,
             "ACTIVATE_HEARTBEAT_INTERVAL": f"{settings.ACTIVATE_HEARTBEAT_INTERVAL:g}",

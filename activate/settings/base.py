@@ -38,6 +38,14 @@ REDIS_URL = env.url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "
 ACTIVATE_PUBLIC_URL = env.url(
     "ACTIVATE_PUBLIC_URL", "http://127.0.0.1:8000", schemes=("http", "https")
 ).rstrip("/")
+# Where job scripts tell agents to call back: the agents' own server (scripts/start.sh agents),
+# so that users' requests never hold up a heartbeat.
+ACTIVATE_AGENT_URL = env.url(
+    "ACTIVATE_AGENT_URL", ACTIVATE_PUBLIC_URL, schemes=("http", "https")
+).rstrip("/")
+# Set by `scripts/start.sh agents`: this process serves the agents' endpoints and nothing else,
+# so it cannot become a second door into the API or the admin.
+ACTIVATE_AGENT_SERVER = env.boolean("ACTIVATE_AGENT_SERVER", False)
 
 # Names every scheduler job this installation submits (pw-worker-<id>-<worker>), so that
 # installations sharing a cluster account never adopt or cancel each other's jobs. The default
@@ -123,7 +131,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "activate.urls"
+ROOT_URLCONF = "activate.agent_server_urls" if ACTIVATE_AGENT_SERVER else "activate.urls"
 WSGI_APPLICATION = "activate.wsgi.application"
 ASGI_APPLICATION = "activate.asgi.application"
 
@@ -150,6 +158,12 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+
+# Request bodies (forms, JSON) larger than this answer 400 before anything reads them; the
+# agents' endpoints cap theirs far lower (agent_views.MAX_BODY).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer(
+    "ACTIVATE_MAX_REQUEST_BODY", 1_048_576, minimum=4096
+)
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
