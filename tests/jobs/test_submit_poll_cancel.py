@@ -160,7 +160,7 @@ def test_while_the_ssh_server_is_down_workers_stay_pending_then_are_sent_when_it
     try:
         workers = [new_worker(), new_worker()]
         for worker in workers:
-            assert jobs.submit_worker(worker.pk).startswith("cluster unreachable")
+            assert jobs.submit_worker(worker.pk).startswith("cluster unavailable")
             worker.refresh_from_db()
             assert worker.status == S.PENDING
             assert worker.status_reason.startswith(f"Waiting for cluster {cluster.name}")
