@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -204,6 +206,22 @@ class EnvironmentField(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        # Caught where the operator types it: a pattern that does not compile, or choices that
+        # are not strings, would otherwise fail every user's request from this environment.
+        errors: dict[str, str] = {}
+        if self.pattern:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                errors["pattern"] = f"Not a valid regular expression: {exc}."
+        if not isinstance(self.choices, list) or not all(
+            isinstance(choice, str) for choice in self.choices
+        ):
+            errors["choices"] = 'Must be a JSON list of strings, e.g. ["normal", "debug"].'
+        if errors:
+            raise ValidationError(errors)
 
 
 class WorkerQuerySet(models.QuerySet["Worker"]):

@@ -16,6 +16,7 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Mapping
 
 from workers_app.schedulers.base import (
     SAFE_VALUE,
@@ -41,6 +42,9 @@ WALLTIME_PATTERN = r"[0-9]{1,4}:[0-5][0-9]:[0-5][0-9]"
 TIME_OPTION = re.compile(rf"--time={WALLTIME_PATTERN}")
 TIMEOUT_EXIT_STATUSES = {"124", "137"}  # timeout's own status; 137 when -k had to KILL
 KILL_AFTER = 10  # seconds between TERM and KILL, for timeouts and cancels alike
+# `timeout 0` never times out: a zero limit would be a job without end, and a limit of months
+# a typo that holds the machine as long.
+MAX_WALLTIME = 30 * 24 * 3600
 
 # Runs detached as a session leader; `timeout` puts the job in a process group of its own,
 # whose id (= timeout's pid) is what query and cancel use.
@@ -149,7 +153,13 @@ def walltime_seconds(value: str) -> int:
     if match is None:
         raise SchedulerError(f"wall time {value!r} is not HH:MM:SS")
     hours, minutes, seconds = (int(part) for part in match.groups())
-    return hours * 3600 + minutes * 60 + seconds
+    limit = hours * 3600 + minutes * 60 + seconds
+    if not 0 < limit <= MAX_WALLTIME:
+        raise SchedulerError(
+            f"wall time {value} must be more than zero and at most {MAX_WALLTIME // 3600}:00:00"
+            f" ({MAX_WALLTIME // 86400} days)"
+        )
+    return limit
 
 
 def parse_header(script: str) -> tuple[str, int]:
@@ -233,6 +243,16 @@ class HostAdapter(SchedulerAdapter):
     @classmethod
     def option_of(cls, directive: str) -> str | None:
         return "time" if TIME_OPTION.fullmatch(directive) else None
+
+    @classmethod
+    def directive_problem(cls, directive: str, *, set_by_fields: Mapping[str, str]) -> str | None:
+        problem = super().directive_problem(directive, set_by_fields=set_by_fields)
+        if problem is None:
+            try:
+                walltime_seconds(directive.removeprefix("--time="))
+            except SchedulerError as exc:
+                return str(exc)
+        return problem
 
     def header_directives(self, spec: JobSpec) -> list[str]:
         return [f"--job-name={spec.name}"]
