@@ -1,7 +1,8 @@
 """`make run`: the whole platform on the embedded defaults, in one terminal.
 
-Migrates, makes sure an operator account exists, then runs the web server, a Celery worker
-and Celery beat through scripts/start.sh. Ctrl-C (or any one process dying) stops all of it.
+Migrates, makes sure an operator account exists, then runs the web server, the agents' server,
+a Celery worker and Celery beat through scripts/start.sh. Ctrl-C (or any one process dying)
+stops all of it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
@@ -37,20 +39,31 @@ def ensure_operator() -> str:
     return password
 
 
+def agents_environment(env: dict[str, str]) -> dict[str, str]:
+    """Point job scripts at the agents' own server: the public URL's host, the agents' port."""
+    bind = env.setdefault("ACTIVATE_AGENT_BIND", "127.0.0.1:8001")
+    public = urlsplit(env.get("ACTIVATE_PUBLIC_URL", "http://127.0.0.1:8000"))
+    host, port = public.hostname or "127.0.0.1", bind.rpartition(":")[2]
+    host = f"[{host}]" if ":" in host else host
+    env.setdefault("ACTIVATE_AGENT_URL", f"{public.scheme}://{host}:{port}")
+    return env
+
+
 def main() -> int:
     subprocess.run(["bash", "scripts/services.sh", "redis"], cwd=REPO, check=True)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO, check=True)
     password = ensure_operator()
-    env = dict(os.environ)
+    env = agents_environment(dict(os.environ))
     processes = [
         subprocess.Popen(["bash", "scripts/start.sh", role], cwd=REPO, env=env)
-        for role in ("web", "worker", "beat")
+        for role in ("web", "agents", "worker", "beat")
     ]
     url = env.get("ACTIVATE_PUBLIC_URL", "http://127.0.0.1:8000")
     print(
         f"\nACTIVATE is starting at {url}/\n"
         f"  operator login: {url}/admin/  user: admin  password: {password}\n"
         f"  health: {url}/health/   API docs: {url}/api/docs/\n"
+        f"  agents call back on {env['ACTIVATE_AGENT_URL']}/agent/v1/\n"
         "  Ctrl-C stops everything.\n",
         flush=True,
     )

@@ -9,21 +9,31 @@ from workers_app.redis_connection import redis_client
 
 def health(request: HttpRequest) -> JsonResponse:
     """Reachability of the database and Redis (503 when either is down), and how many SSH
-    connections the platform's processes hold."""
+    connections the platform's processes hold.
+
+    Anyone may ask (load balancers, monitors), so a failure is named but its exception text,
+    which can carry hosts, ports and user names, is shown to staff only.
+    """
+    user = getattr(request, "user", None)
+    detailed = bool(user is not None and user.is_active and user.is_staff)
+
+    def failed(exc: Exception) -> str:
+        return f"error: {exc}" if detailed else "error"
+
     checks: dict[str, str] = {}
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         checks["database"] = "ok"
     except Exception as exc:
-        checks["database"] = f"error: {exc}"
+        checks["database"] = failed(exc)
     ssh_connections = None
     try:
         redis_client().ping()
         checks["redis"] = "ok"
         ssh_connections = connections_held_everywhere()
     except Exception as exc:
-        checks["redis"] = f"error: {exc}"
+        checks["redis"] = failed(exc)
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse(
         {"status": "ok" if healthy else "error", **checks, "ssh_connections": ssh_connections},

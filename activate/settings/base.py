@@ -161,9 +161,7 @@ USE_TZ = True
 
 # Request bodies (forms, JSON) larger than this answer 400 before anything reads them; the
 # agents' endpoints cap theirs far lower (agent_views.MAX_BODY).
-DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer(
-    "ACTIVATE_MAX_REQUEST_BODY", 1_048_576, minimum=4096
-)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("ACTIVATE_MAX_REQUEST_BODY", 1_048_576, minimum=4096)
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from django.test import Client
 
 from tests.factories import ClusterFactory
+from workers_app import redis_connection
 from workers_app.models import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,18 +31,36 @@ def test_health_reports_database_and_redis(client: Client) -> None:
     }
 
 
-@pytest.mark.django_db
-def test_health_reports_redis_down(client: Client, settings: object) -> None:
-    from workers_app import redis_connection
-
+def health_with_redis_down(client: Client, settings: object) -> Any:
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]
     redis_connection._client.cache_clear()
     try:
-        response = client.get("/health/")
+        return client.get("/health/")
     finally:
         redis_connection._client.cache_clear()
+
+
+@pytest.mark.django_db
+def test_health_names_what_is_down_without_its_exception_to_anonymous_callers(
+    client: Client, settings: object
+) -> None:
+    response = health_with_redis_down(client, settings)
     assert response.status_code == 503
-    assert response.json()["redis"].startswith("error")
+    assert response.json() == {
+        "status": "error",
+        "database": "ok",
+        "redis": "error",
+        "ssh_connections": None,
+    }
+    assert "127.0.0.1" not in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_health_shows_staff_the_full_error(admin_client: Client, settings: object) -> None:
+    response = health_with_redis_down(admin_client, settings)
+    assert response.status_code == 503
+    redis = response.json()["redis"]
+    assert redis.startswith("error: ") and len(redis) > len("error: ")
 
 
 @pytest.mark.django_db
@@ -88,11 +108,25 @@ def test_the_admin_stores_a_pasted_key_encrypted_and_keeps_it_when_left_empty(
 def test_docker_files_reference_what_exists() -> None:
     compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
     roles = {name: svc.get("command") for name, svc in compose["services"].items()}
-    assert roles["web"] == ["web"] and roles["worker"] == ["worker"] and roles["beat"] == ["beat"]
+    for role in ("web", "agents", "worker", "beat"):
+        assert roles[role] == [role]
     start = (REPO / "scripts" / "start.sh").read_text()
-    for role in ("web)", "worker)", "beat)"):
+    for role in ("web)", "agents)", "worker)", "beat)"):
         assert role in start
     for line in (REPO / "docker" / "Dockerfile").read_text().splitlines():
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (REPO / source).exists(), source
+
+
+def test_the_compose_file_ships_secure_cookies_and_no_plain_http_agent_traffic() -> None:
+    compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
+    environment = compose["x-activate"]["environment"]
+    # ${NAME:-default} gives the default; ${NAME:?message} makes the operator set it.
+    assert environment["ACTIVATE_SECURE_COOKIES"] == "${ACTIVATE_SECURE_COOKIES:-true}"
+    assert environment["ACTIVATE_AGENT_URL"].startswith("${ACTIVATE_AGENT_URL:?")
+    assert environment["ACTIVATE_AGENT_PLAIN_HTTP"] == "${ACTIVATE_AGENT_PLAIN_HTTP:-false}"
+    assert (
+        "DJANGO_SETTINGS_MODULE=activate.settings.prod"
+        in (REPO / "docker" / "Dockerfile").read_text()
+    )
