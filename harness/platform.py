@@ -1,5 +1,6 @@
-"""The whole platform as real processes (gunicorn, Celery worker, Celery beat), each started the
-way scripts/start.sh starts it, with its timing knobs, logging to a work directory.
+"""The whole platform as real processes (gunicorn for users and for agents, Celery worker, Celery
+beat), each started the way scripts/start.sh starts it, with its timing knobs, logging to a work
+directory.
 
 The processes share the database and Redis of the calling process (Django's settings), unless
 ``redis_url`` names another Redis.
@@ -75,11 +76,17 @@ class Platform:
     knobs: dict[str, str] = field(default_factory=dict)
     redis_url: str = ""
     port: int = field(default_factory=free_port)
+    agent_port: int = field(default_factory=free_port)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def agent_url(self) -> str:
+        """The agents' own server, which job scripts call back on."""
+        return f"http://127.0.0.1:{self.agent_port}"
 
     def env(self) -> dict[str, str]:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("ACTIVATE_")}
@@ -93,6 +100,8 @@ class Platform:
                 "ACTIVATE_INSTALLATION_ID": settings.ACTIVATE_INSTALLATION_ID,
                 "ACTIVATE_PUBLIC_URL": self.url,
                 "ACTIVATE_BIND": f"127.0.0.1:{self.port}",
+                "ACTIVATE_AGENT_URL": self.agent_url,
+                "ACTIVATE_AGENT_BIND": f"127.0.0.1:{self.agent_port}",
                 "ACTIVATE_LOG_LEVEL": "INFO",
                 "PYTHON": sys.executable,
             }
@@ -124,10 +133,17 @@ class Platform:
                 "ACTIVATE_SECRET_KEY": secrets.token_urlsafe(40),
                 "ACTIVATE_WEB_WORKERS": str(workers),
                 "ACTIVATE_WEB_THREADS": str(threads),
+                "ACTIVATE_AGENT_PLAIN_HTTP": "true",
             }
         )
         process = self._spawn(name, ["bash", str(START), "web"], environ)
         self._ready(self._web_answers, "the web server did not answer")
+        return process
+
+    def start_agents(self, name: str = "agents") -> subprocess.Popen[bytes]:
+        """The agents' server as `scripts/start.sh agents` runs it, once its ping answers."""
+        process = self._spawn(name, ["bash", str(START), "agents"], self.env())
+        self._ready(self._agents_answer, "the agents' server did not answer")
         return process
 
     def start_worker(self, name: str = "worker") -> subprocess.Popen[bytes]:
@@ -147,9 +163,11 @@ class Platform:
         return self._spawn(name, ["bash", str(START), "beat"], environ)
 
     def start_all(self) -> None:
-        """Web server, Celery worker and beat; if one does not start, none is left running."""
+        """Web server, agents' server, Celery worker and beat; if one does not start, none is left
+        running."""
         try:
             self.start_web()
+            self.start_agents()
             self.start_worker()
             self.start_beat()
         except BaseException:
@@ -187,6 +205,12 @@ class Platform:
     def _web_answers(self) -> bool:
         try:
             return httpx.get(f"{self.url}/health/", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _agents_answer(self) -> bool:
+        try:
+            return httpx.get(f"{self.agent_url}/agent/v1/ping", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
