@@ -52,7 +52,7 @@ def platform_hears() -> bool:
         return True
     try:
         answer = httpx.get(
-            settings.ACTIVATE_PUBLIC_URL.rstrip("/") + reverse("agent-ping"),
+            settings.ACTIVATE_AGENT_URL.rstrip("/") + reverse("agent-ping"),
             timeout=min(5.0, settings.ACTIVATE_SWEEP_INTERVAL),
         )
     except httpx.HTTPError:

@@ -37,7 +37,7 @@ def store() -> HeartbeatStore:
 def hearing(settings, live_server) -> None:
     """The agents' endpoint answers: a real server the sweep asks, as in production."""
     settings.ACTIVATE_HEARING_PROBE = True
-    settings.ACTIVATE_PUBLIC_URL = live_server.url
+    settings.ACTIVATE_AGENT_URL = live_server.url
 
 
 def status(worker: Worker) -> str:
@@ -60,7 +60,7 @@ def test_while_the_agents_endpoint_does_not_answer_nobody_is_stopped_then_all_ge
     store: HeartbeatStore, settings, live_server
 ) -> None:
     settings.ACTIVATE_HEARING_PROBE = True
-    settings.ACTIVATE_PUBLIC_URL = "http://127.0.0.1:9"  # the web tier is down
+    settings.ACTIVATE_AGENT_URL = "http://127.0.0.1:9"  # the agents' server is down
     workers = [connected_worker() for _ in range(2)]
     store.note_sweep(time.time())
     for worker in workers:
@@ -70,7 +70,7 @@ def test_while_the_agents_endpoint_does_not_answer_nobody_is_stopped_then_all_ge
     assert sweeps.sweep_heartbeats(store=store) == 0
     assert {status(w) for w in workers} == {S.CONNECTED}
 
-    settings.ACTIVATE_PUBLIC_URL = live_server.url  # the web tier is back
+    settings.ACTIVATE_AGENT_URL = live_server.url  # the agents' server is back
     assert sweeps.sweep_heartbeats(store=store) == 0
     assert store.alive([w.pk for w in workers]) == {w.pk for w in workers}
     # A worker that stays silent after the grace is stopped as usual.
