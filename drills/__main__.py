@@ -13,13 +13,18 @@ import sys
 from collections.abc import Callable
 
 from drills import (
+    broker_outage,
     celery_kill,
     deletion,
+    exec_flood,
+    postgres_outage,
+    redis_outage,
     redis_restart,
     restarts,
     slurmctld_outage,
     ssh_outage,
     two_beats,
+    web_outage,
 )
 from drills.drill import DrillResult
 from harness.cluster import SshTarget
@@ -38,6 +43,11 @@ class Drills(Suite[DrillResult]):
         "restarts",
         "two_beats",
         "deletion",
+        "web_outage",
+        "redis_outage",
+        "postgres_outage",
+        "broker_outage",
+        "exec_flood",
     )
     doc = __doc__ or ""
 
@@ -52,6 +62,15 @@ class Drills(Suite[DrillResult]):
         parser.add_argument(
             "--mid-submit", type=int, default=10, help="deletions right after a request"
         )
+        parser.add_argument(
+            "--sick-for",
+            type=float,
+            default=3,
+            help="heartbeat timeouts the web server, Redis or PostgreSQL stays down",
+        )
+        parser.add_argument(
+            "--commands", type=int, default=50, help="long commands at once in exec_flood"
+        )
 
     def runners(self, args: argparse.Namespace) -> dict[str, Callable[[SshTarget], DrillResult]]:
         return {
@@ -62,6 +81,11 @@ class Drills(Suite[DrillResult]):
             "restarts": lambda t: restarts.run(t, restarts=args.restarts),
             "two_beats": lambda t: two_beats.run(t, duration=args.beats_for),
             "deletion": lambda t: deletion.run(t, mid_submit=args.mid_submit),
+            "web_outage": lambda t: web_outage.run(t, factor=args.sick_for),
+            "redis_outage": lambda t: redis_outage.run(t, factor=args.sick_for),
+            "postgres_outage": lambda t: postgres_outage.run(t, factor=args.sick_for),
+            "broker_outage": lambda t: broker_outage.run(t, factor=args.sick_for),
+            "exec_flood": lambda t: exec_flood.run(t, commands=args.commands),
         }
 
     def could_not_run(self, name: str, exc: Exception) -> DrillResult:

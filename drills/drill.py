@@ -29,6 +29,10 @@ from harness.objects import (
 from harness.platform import NO_RECONCILE, Platform
 from harness.waiting import wait_until
 
+# The test settings switch off the heartbeat sweep's check that agents can reach the platform
+# (tests/ drive sweeps by hand); drills about the platform's own outages need it.
+HEARING = {"ACTIVATE_HEARING_PROBE": "true"}
+
 if TYPE_CHECKING:
     from workers_app.models import Worker
 
@@ -163,6 +167,17 @@ class Drill:
             f"{e.worker.public_id}: {e.old_status} -> {e.new_status} ({e.reason})" for e in events
         ]
 
+    def silent(self, workers: Iterable[Worker]) -> list[str]:
+        """Workers whose heartbeat key was not refreshed in the last two intervals."""
+        interval = self.knob("ACTIVATE_HEARTBEAT_INTERVAL")
+        timeout = self.knob("ACTIVATE_HEARTBEAT_TIMEOUT")
+        client = self.platform.redis_client()
+        return [
+            w.public_id
+            for w in workers
+            if client.pttl(f"activate:hb:{w.pk}") <= (timeout - 2 * interval) * 1000
+        ]
+
     def job_counts(self, workers: Iterable[Worker], *, all_states: bool = True) -> dict[str, int]:
         """Jobs per worker by name in squeue (with all_states, ended ones not yet purged too)."""
         counts = {job_name(w.public_id): 0 for w in workers}
@@ -183,8 +198,9 @@ class Drill:
         from workers_app.models import ApiKey, Worker
         from workers_app.statuses import LIVE
 
-        names = [job_name(w.public_id) for w in self.workers()]
+        names: list[str] = []
         try:
+            names = [job_name(w.public_id) for w in self.workers()]
             if "web" in self.platform.processes and "worker" in self.platform.processes:
                 for worker in Worker.objects.filter(status__in=LIVE):
                     try:

@@ -7,70 +7,13 @@ deleted through the API, so every task goes through that Redis.
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
-import redis
-
 from drills.drill import Drill, DrillResult, now, pause
+from drills.servers import RedisServer
 from harness import HarnessError
 from harness.cluster import SshTarget
 from harness.objects import RUN_ENVIRONMENT
-from harness.platform import free_port
-from harness.waiting import wait_until
 
 NAME = "Restart Redis with workers connected"
-
-
-class RedisServer:
-    """A redis-server this drill owns: started, killed and started again on one port."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        log = (self.workdir / "redis.log").open("ab")
-        self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                "--dir",
-                str(self.workdir),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
-        if not wait_until(lambda: _pings(client), timeout=20):
-            raise HarnessError("the drill's redis-server did not start")
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.process = None
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
 
 
 def run(target: SshTarget, *, restarts: int = 3, workers: int = 3, down: float = 2) -> DrillResult:

@@ -44,3 +44,28 @@ def thaw(pids: Iterable[int]) -> None:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+def agent_environ(public_id: str, name: str) -> str:
+    """A variable of the worker's agent's environment ("" if no agent or no such variable)."""
+    wanted = name.encode()
+    for pid in agent_pids(public_id):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        for entry in environ.split(b"\0"):
+            key, _, value = entry.partition(b"=")
+            if key == wanted:
+                return value.decode()
+    return ""
+
+
+def agent_secret(public_id: str) -> str:
+    """The secret the worker's agent beats with."""
+    return agent_environ(public_id, "ACTIVATE_WORKER_SECRET")
+
+
+def agent_url(public_id: str) -> str:
+    """The platform URL the worker's agent calls back on."""
+    return agent_environ(public_id, "ACTIVATE_URL").rstrip("/")

@@ -1,0 +1,273 @@
+"""Fifty long commands through the platform and a flood of API requests: the agents' heartbeats
+stay fast (p99 under a second) and no worker changes status.
+
+Several users each own a connected worker and together send 50 `sleep 20` commands at once
+through `POST /api/workers/<id>/exec/` (what `pw ssh` uses); a user may run
+ACTIVATE_EXEC_PER_USER at once, so the rest answer 429, counted. Meanwhile processes of their own
+loop on `GET /api/workers/`, and the drill sends each connected worker's heartbeat itself (its
+agent's real secret, read from the agent's environment) once a second to the URL its agent
+uses, timing each, and times the agents' ping. The web server runs with enough threads to hold
+every command at once, as a deployment expecting them would.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event as EventType
+from typing import TYPE_CHECKING
+
+import httpx
+
+from drills.drill import HEARING, Drill, DrillResult, now
+from harness import HarnessError
+from harness.agents import agent_secret, agent_url
+from harness.cluster import SshTarget
+from harness.objects import CLUSTER_NAME, HELD_ENVIRONMENT, RUN_ENVIRONMENT, run_user
+from harness.platform import BIN
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+
+NAME = "50 long commands and an API flood, agents beating"
+WEB_THREADS = 32
+
+
+@dataclass
+class Timings:
+    latencies: list[float] = field(default_factory=list)
+    failures: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, took: float, failure: str = "") -> None:
+        with self.lock:
+            if failure:
+                self.failures[failure] += 1
+            else:
+                self.latencies.append(took)
+
+    def p(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return float("nan")
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def summary(self) -> str:
+        if not self.latencies:
+            return f"none answered ({dict(self.failures)})"
+        text = (
+            f"{len(self.latencies)}, p50 {self.p(0.5) * 1000:.0f} ms, p99 "
+            f"{self.p(0.99) * 1000:.0f} ms, max {max(self.latencies) * 1000:.0f} ms"
+        )
+        return text + (f", failed {dict(self.failures)}" if self.failures else "")
+
+
+def _beat_loop(url: str, worker: str, secret: str, stop: threading.Event, out: Timings) -> None:
+    """One beat a second, as the agent sends them, each timed."""
+    with httpx.Client(timeout=10) as client:
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                answer = client.post(
+                    f"{url}/agent/v1/heartbeat",
+                    json={"worker": worker},
+                    headers={"Authorization": f"Bearer {secret}"},
+                )
+                out.add(
+                    time.monotonic() - started,
+                    "" if answer.status_code == 200 else str(answer.status_code),
+                )
+            except httpx.HTTPError as exc:
+                out.add(0, type(exc).__name__)
+            stop.wait(max(0.0, 1 - (time.monotonic() - started)))
+
+
+def _ping_loop(url: str, stop: threading.Event, out: Timings) -> None:
+    with httpx.Client(timeout=10) as client:
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                answer = client.get(f"{url}/agent/v1/ping")
+                out.add(
+                    time.monotonic() - started,
+                    "" if answer.status_code == 200 else str(answer.status_code),
+                )
+            except httpx.HTTPError as exc:
+                out.add(0, type(exc).__name__)
+            stop.wait(max(0.0, 0.5 - (time.monotonic() - started)))
+
+
+def _flood(url: str, key: str, stop: EventType, results: Queue[dict[str, int]]) -> None:
+    """GET /api/workers/ in a loop until told to stop (a process of its own)."""
+    codes: Counter[str] = Counter()
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as api:
+        while not stop.is_set():
+            try:
+                codes[str(api.get("/api/workers/").status_code)] += 1
+            except httpx.HTTPError as exc:
+                codes[type(exc).__name__] += 1
+    results.put(dict(codes))
+
+
+def _exec(url: str, key: str, worker: str, seconds: int) -> tuple[int, float]:
+    started = time.monotonic()
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=600) as api:
+        try:
+            answer = api.post(
+                f"/api/workers/{worker}/exec/", json={"command": ["sleep", str(seconds)]}
+            )
+            code = answer.status_code
+        except httpx.HTTPError:
+            code = 0
+    return code, time.monotonic() - started
+
+
+def _wide_web(drill: Drill) -> None:
+    """Restart the web server with enough threads to hold every command at once."""
+    platform = drill.platform
+    platform.stop("web")
+    argv = [str(BIN / "gunicorn"), "activate.wsgi:application", "--bind"]
+    argv += [f"127.0.0.1:{platform.port}", "--workers", "2", "--threads", str(WEB_THREADS)]
+    platform._spawn("web", argv, platform.env())
+    platform._ready(platform._web_answers, "the web server did not answer")
+
+
+def run(
+    target: SshTarget,
+    *,
+    commands: int = 50,
+    users: int = 5,
+    seconds: int = 20,
+    flooders: int = 2,
+) -> DrillResult:
+    from workers_app.models import ApiKey, Worker
+    from workers_app.statuses import WorkerStatus
+
+    S = WorkerStatus
+    extra = [run_user(f"drill-exec-{i}") for i in range(1, users)]
+    with Drill("exec-flood", target, title=NAME, knobs=HEARING) as drill:
+        keys = [drill.key]
+        for user in extra:
+            ApiKey.objects.filter(user=user).delete()
+            keys.append(ApiKey.issue(user, name="exec-flood")[1])
+        owned: list[tuple[str, Worker]] = []
+        try:
+            platform = drill.platform
+            platform.start_all()
+            _wide_web(drill)
+            queued = drill.request(HELD_ENVIRONMENT, 2)
+            for key in keys:
+                with platform.api(key) as api:
+                    answer = api.post(
+                        "/api/workers/",
+                        json={
+                            "cluster": CLUSTER_NAME,
+                            "environment": RUN_ENVIRONMENT,
+                            "params": {},
+                        },
+                    )
+                if answer.status_code != 201:
+                    raise HarnessError(f"POST /api/workers/ answered {answer.status_code}")
+                owned.append((key, Worker.objects.get(public_id=answer.json()["id"])))
+            connected = [w for _, w in owned]
+            if not (
+                drill.wait_status(connected, {S.CONNECTED}, timeout=180)
+                and drill.wait_status(queued, {S.QUEUED}, timeout=90)
+            ):
+                raise HarnessError(f"workers did not settle: {drill.statuses(connected + queued)}")
+            beat_url = agent_url(connected[0].public_id)
+            secrets = {w.public_id: agent_secret(w.public_id) for w in connected}
+            if not beat_url or not all(secrets.values()):
+                raise HarnessError("could not read the agents' URL and secrets")
+            began = now()
+            stop = threading.Event()
+            baseline, beats, pings = Timings(), Timings(), Timings()
+            # A quiet baseline first: a few seconds of beats with nothing else going on.
+            probes = [
+                threading.Thread(target=_beat_loop, args=(beat_url, w, s, stop, baseline))
+                for w, s in secrets.items()
+            ]
+            for probe in probes:
+                probe.start()
+            time.sleep(5)
+            stop.set()
+            for probe in probes:
+                probe.join()
+            stop.clear()
+            probes = [
+                threading.Thread(target=_beat_loop, args=(beat_url, w, s, stop, beats))
+                for w, s in secrets.items()
+            ]
+            probes.append(threading.Thread(target=_ping_loop, args=(beat_url, stop, pings)))
+            for probe in probes:
+                probe.start()
+            context = multiprocessing.get_context("fork")
+            flood_stop = context.Event()
+            results: Queue[dict[str, int]] = context.Queue()
+            floods = [
+                context.Process(target=_flood, args=(platform.url, drill.key, flood_stop, results))
+                for _ in range(flooders)
+            ]
+            for flood in floods:
+                flood.start()
+            loaded = time.monotonic()
+            with ThreadPoolExecutor(max_workers=commands) as pool:
+                futures = []
+                for i in range(commands):
+                    key, worker = owned[i % len(owned)]
+                    futures.append(pool.submit(_exec, platform.url, key, worker.public_id, seconds))
+                answers = [f.result() for f in futures]
+            load_for = time.monotonic() - loaded
+            flood_stop.set()
+            flood_codes: Counter[str] = Counter()
+            for _ in floods:
+                flood_codes.update(results.get(timeout=60))
+            for flood in floods:
+                flood.join(timeout=30)
+            stop.set()
+            for probe in probes:
+                probe.join()
+            drill.result.repetitions = commands
+            codes = Counter(code for code, _ in answers)
+            ran = [took for code, took in answers if code == 200]
+            drill.check(
+                set(codes) <= {200, 429},
+                f"commands answered {dict(codes)} (only 200 and 429 expected)",
+            )
+            drill.check(bool(ran), "no command ran")
+            drill.check(not beats.failures, f"beats failed under load: {dict(beats.failures)}")
+            drill.check(
+                beats.p(0.99) < 1.0, f"heartbeat p99 {beats.p(0.99) * 1000:.0f} ms under load"
+            )
+            changes = drill.changes_since(began, connected + queued)
+            drill.check(not changes, f"status changed under load: {changes}")
+            silent = drill.silent(connected)
+            drill.check(not silent, f"agents' own beats lapsed under load: {silent}")
+            served = (
+                "the agents' own server" if "agents" in platform.processes else "the web server"
+            )
+            flood_total = sum(flood_codes.values())
+            drill.note(
+                f"{len(connected)} users with a connected worker each, 2 queued; {commands} "
+                f"`sleep {seconds}` commands at once: {dict(sorted(codes.items()))} "
+                f"(ACTIVATE_EXEC_PER_USER per user), those that ran took "
+                f"{min(ran) if ran else 0:.1f}-{max(ran) if ran else 0:.1f} s; {flooders} "
+                f"processes sent {flood_total} GET /api/workers/ in {load_for:.0f} s "
+                f"({dict(flood_codes)}); beats to {served} ({beat_url}) one a second per worker: "
+                f"quiet {baseline.summary()}; under load {beats.summary()}; agents' ping under "
+                f"load {pings.summary()}; web {WEB_THREADS} threads x 2 workers; "
+                f"no status change"
+            )
+        finally:
+            for key, worker in owned:
+                with drill.platform.api(key) as api:
+                    try:
+                        api.delete(f"/api/workers/{worker.public_id}/")
+                    except httpx.HTTPError:
+                        pass
+            ApiKey.objects.filter(user__in=extra).delete()
+        return drill.result
