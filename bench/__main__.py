@@ -41,6 +41,12 @@ class Benchmarks(Suite[Outcome]):
             help="per-job ssh polls timed for sizes above --poll-full-up-to",
         )
         group.add_argument("--poll-full-up-to", type=int, default=100)
+        group.add_argument(
+            "--poll-accounts",
+            type=_ints,
+            default=(1, 10, 50),
+            help="users' own accounts the jobs are spread over",
+        )
         group = parser.add_argument_group("submission")
         group.add_argument("--submit-count", type=int, default=200)
         group.add_argument("--celery-concurrency", type=int, default=4)
@@ -65,7 +71,11 @@ class Benchmarks(Suite[Outcome]):
     def runners(self, args: argparse.Namespace) -> dict[str, Callable[[SshTarget], Outcome]]:
         return {
             "polling": lambda t: polling.run(
-                t, sizes=args.poll_sizes, sample=args.poll_sample, full_up_to=args.poll_full_up_to
+                t,
+                sizes=args.poll_sizes,
+                account_counts=args.poll_accounts,
+                sample=args.poll_sample,
+                full_up_to=args.poll_full_up_to,
             ),
             "submission": lambda t: submission.run(
                 t,

@@ -1,8 +1,10 @@
-"""Status polling: our poll cycle against one `ssh host squeue -j ID` per job.
+"""Status polling: our poll cycle against one `ssh host squeue -j ID` per job, with the jobs
+spread over 1, 10 and 50 users' own cluster accounts.
 
-Ours is workers_app.jobs.poll_cluster over the kept SSH connection, counting the commands it
-sends. The usual portal way is one new OpenSSH process per job and poll. Jobs are held
-(`sbatch --hold`), so a thousand of them wait without running; all are cancelled at the end.
+Ours is workers_app.jobs.poll_cluster, one status command per account with live jobs over that
+account's kept SSH connection, counting the commands it sends. The usual portal way is one new
+OpenSSH process per job and poll. Jobs are held (`sbatch --hold`), so a thousand of them wait
+without running; all are cancelled at the end.
 """
 
 from __future__ import annotations
@@ -10,11 +12,16 @@ from __future__ import annotations
 import statistics
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.report import Goal, Outcome, Table, seconds, times
 from harness.cluster import SshTarget, sshd_connections
 from harness.objects import forget_workers, run_id, run_user, start_afresh
+
+if TYPE_CHECKING:
+    from workers_app.models import Cluster, ClusterAccount
 
 NAME = "polling"
 
@@ -22,6 +29,7 @@ NAME = "polling"
 @dataclass
 class OursCycle:
     jobs: int
+    accounts: int  # platform accounts the jobs are spread over
     commands: int
     first_cycle: float  # includes opening the SSH connection
     cycle: float  # median of the kept-connection cycles
@@ -44,7 +52,7 @@ class PerJobCycle:
         return self.per_job * self.jobs
 
 
-def _poll_cycles(cluster_id: int, jobs: int, cycles: int) -> OursCycle:
+def _poll_cycles(cluster_id: int, jobs: int, cycles: int, *, accounts: int) -> OursCycle:
     from workers_app.connections import close_all_connections
     from workers_app.jobs import poll_cluster
     from workers_app.models import Worker
@@ -71,7 +79,7 @@ def _poll_cycles(cluster_id: int, jobs: int, cycles: int) -> OursCycle:
     if queued != jobs:
         raise RuntimeError(f"held jobs changed status: {queued} of {jobs} still queued")
     connects = (sshd_connections() - connects_before) / cycles
-    return OursCycle(jobs, commands.pop(), first, statistics.median(durations), connects)
+    return OursCycle(jobs, accounts, commands.pop(), first, statistics.median(durations), connects)
 
 
 def _per_job_cycle(target: SshTarget, job_ids: list[str], jobs: int, sample: int) -> PerJobCycle:
@@ -100,58 +108,142 @@ def _per_job_cycle(target: SshTarget, job_ids: list[str], jobs: int, sample: int
     )
 
 
+@dataclass(frozen=True)
+class Login:
+    """One Unix user of the test cluster: its jobs are submitted as it, accounts map onto it."""
+
+    target: SshTarget
+    private_key: str
+
+
+def _logins(target: SshTarget) -> list[Login]:
+    logins = [Login(target, target.private_key)]
+    for name, key_path in sorted(target.accounts.items()):
+        logins.append(
+            Login(replace(target, user=name, key_path=key_path), Path(key_path).read_text())
+        )
+    return logins
+
+
+def _accounts(cluster: Cluster, logins: list[Login], count: int) -> list[ClusterAccount]:
+    """``count`` platform users, each with a verified account on the cluster, mapped in turn
+    onto the cluster's few Unix users."""
+    from workers_app.accounts import connect_account, verify_account
+
+    accounts = []
+    for i in range(count):
+        login = logins[i % len(logins)]
+        account = connect_account(
+            run_user(f"bench-poll-{i}"),
+            cluster,
+            remote_username=login.target.user,
+            private_key=login.private_key,
+        )
+        if not verify_account(account):
+            raise RuntimeError(f"account {i} ({login.target.user}) did not verify")
+        accounts.append(account)
+    return accounts
+
+
+def _add_jobs(
+    cluster: Cluster,
+    accounts: list[ClusterAccount],
+    logins: list[Login],
+    tag: str,
+    first: int,
+    last: int,
+) -> list[str]:
+    """Jobs first..last-1, job i belonging to account i mod len(accounts): each submitted held
+    as its account's Unix user (one local shell per user), a queued worker row per job."""
+    from workers_app.models import Worker
+    from workers_app.statuses import WorkerStatus
+
+    by_user: dict[str, list[tuple[str, ClusterAccount]]] = {}
+    for i in range(first, last):
+        account = accounts[i % len(accounts)]
+        by_user.setdefault(account.remote_username, []).append((f"{tag}-{i}", account))
+    made: list[str] = []
+    for login in logins:
+        wanted = by_user.get(login.target.user, [])
+        ids = login.target.sbatch_held([name for name, _ in wanted])
+        made += ids
+        Worker.objects.bulk_create(
+            Worker(
+                name=name,
+                owner_id=account.user_id,
+                cluster=cluster,
+                account=account,
+                status=WorkerStatus.QUEUED,
+                scheduler_job_id=job_id,
+            )
+            for (name, account), job_id in zip(wanted, ids, strict=True)
+        )
+    return made
+
+
 def run(
     target: SshTarget,
     *,
     sizes: tuple[int, ...] = (1, 100, 1000),
+    account_counts: tuple[int, ...] = (1, 10, 50),
     sample: int = 50,
     full_up_to: int = 100,
     cycles: int = 5,
 ) -> Outcome:
-    from workers_app.models import Worker
-    from workers_app.statuses import WorkerStatus
+    from workers_app.models import ClusterAccount, Worker
 
     cluster = start_afresh(target)
-    owner = run_user()
+    # Every user acts as their own account: a poll is one command per account with live jobs.
+    cluster.shared = False
+    cluster.save(update_fields=["shared"])
+    logins = _logins(target)
+    accounts = _accounts(cluster, logins, max(account_counts))
     tag = f"bench-poll-{run_id()}"
-    job_ids: list[str] = []
     ours: list[OursCycle] = []
-    theirs: list[PerJobCycle] = []
+    theirs: dict[int, PerJobCycle] = {}
     try:
-        for size in sorted(sizes):
-            names = [f"{tag}-{i}" for i in range(len(job_ids), size)]
-            new_ids = target.sbatch_held(names)
-            job_ids += new_ids
-            Worker.objects.bulk_create(
-                Worker(
-                    name=name,
-                    owner=owner,
-                    cluster=cluster,
-                    status=WorkerStatus.QUEUED,
-                    scheduler_job_id=job_id,
-                )
-                for name, job_id in zip(names, new_ids, strict=True)
-            )
-            ours.append(_poll_cycles(cluster.pk, size, cycles))
-            theirs.append(
-                _per_job_cycle(target, job_ids, size, size if size <= full_up_to else sample)
-            )
-            print(
-                f"  polling {size} jobs: ours {ours[-1].cycle:.3f} s, "
-                f"per-job {theirs[-1].cycle:.1f} s",
-                flush=True,
-            )
+        for count in sorted(account_counts):
+            job_ids: list[str] = []
+            try:
+                for size in sorted(sizes):
+                    job_ids += _add_jobs(
+                        cluster, accounts[:count], logins, f"{tag}-{count}", len(job_ids), size
+                    )
+                    ours.append(_poll_cycles(cluster.pk, size, cycles, accounts=count))
+                    if size not in theirs:
+                        # As the cluster's account, which sees its own jobs: those of account 0.
+                        own = list(
+                            Worker.objects.filter(
+                                cluster=cluster, account__remote_username=target.user
+                            ).values_list("scheduler_job_id", flat=True)
+                        )
+                        measured = size if size <= full_up_to else sample
+                        theirs[size] = _per_job_cycle(target, own, size, measured)
+                    print(
+                        f"  polling {size} jobs over {count} accounts: ours "
+                        f"{ours[-1].commands} commands, {ours[-1].cycle:.3f} s; per-job "
+                        f"{theirs[size].cycle:.1f} s",
+                        flush=True,
+                    )
+            finally:
+                target.cancel_ids(job_ids)
+                Worker.objects.filter(cluster=cluster).delete()
     finally:
-        target.cancel_ids(job_ids)
         forget_workers()
-    return _outcome(ours, theirs, cycles)
+        ClusterAccount.objects.filter(cluster=cluster).delete()
+    return _outcome(ours, [theirs[c.jobs] for c in ours], cycles, len(logins))
 
 
-def _outcome(ours: list[OursCycle], theirs: list[PerJobCycle], cycles: int) -> Outcome:
+def _outcome(
+    ours: list[OursCycle], theirs: list[PerJobCycle], cycles: int, unix_users: int
+) -> Outcome:
     table = Table(
-        "Status polling: one poll cycle over all live jobs (held jobs on the real Slurm)",
+        "Status polling: one poll cycle over all live jobs, spread over users' own accounts "
+        "(held jobs on the real Slurm)",
         [
             "jobs",
+            "accounts",
+            "accounts with jobs",
             "ours: commands",
             "ours: new connections",
             "ours: cycle",
@@ -171,6 +263,8 @@ def _outcome(ours: list[OursCycle], theirs: list[PerJobCycle], cycles: int) -> O
         )
         table.add(
             mine.jobs,
+            mine.accounts,
+            min(mine.jobs, mine.accounts),
             mine.commands,
             f"{mine.connects:g}",
             seconds(mine.cycle),
@@ -182,28 +276,46 @@ def _outcome(ours: list[OursCycle], theirs: list[PerJobCycle], cycles: int) -> O
             times(other.cycle / mine.cycle),
         )
     table.notes += [
-        f"ours: workers_app.jobs.poll_cluster in-process over the kept paramiko connection; "
-        f"median of {cycles} cycles after a first one that opens the connection; commands "
-        "counted by workers_app.schedulers.ssh.commands_run_total().",
+        f"accounts: platform users each with a verified ClusterAccount on a cluster that is not "
+        f"shared; the test cluster has {unix_users} Unix users (pwtest, pwalice, pwbob), so the "
+        f"accounts map onto them in turn (account i logs in as user i mod {unix_users}), each "
+        "with its own SSH connection; job i belongs to account i mod accounts and is submitted "
+        "held (`sbatch --hold`, one local shell per Unix user) as that account's Unix user.",
+        f"ours: workers_app.jobs.poll_cluster in-process, one status command per account with "
+        f"live jobs over that account's kept paramiko connection; median of {cycles} cycles "
+        "after a first one that opens the connections; commands counted by "
+        "workers_app.schedulers.ssh.commands_run_total().",
         "per-job ssh: `ssh -i KEY -p PORT ... pwtest@127.0.0.1 squeue -j ID` (OpenSSH client, "
-        "no multiplexing), one after the other; where a sample was timed, the cycle is the "
-        "mean time per job times the number of jobs (linear extrapolation).",
+        "no multiplexing), one after the other, timed once per number of jobs (its cost does "
+        "not depend on whose job it is); where a sample was timed, the cycle is the mean time "
+        "per job times the number of jobs (linear extrapolation).",
         "new connections: counted in the test sshd's log while a cycle ran (per-job: scaled "
         "like the time where a sample was timed).",
     ]
-    largest, smallest = ours[-1], ours[0]
+    wrong = [c for c in ours if c.commands != min(c.jobs, c.accounts)]
     goals = [
         Goal(
             NAME,
-            "commands per cycle independent of the number of jobs",
-            ", ".join(f"{c.jobs} jobs: {c.commands}" for c in ours),
-            largest.commands == smallest.commands,
-        ),
-        Goal(
-            NAME,
-            f"at {largest.jobs} jobs, >= 100x less time per cycle than per-job polling",
-            times(theirs[-1].cycle / largest.cycle),
-            theirs[-1].cycle / largest.cycle >= 100,
+            "commands per cycle = accounts with live jobs, whatever the number of jobs",
+            "; ".join(
+                f"{c.accounts} acct: "
+                + ", ".join(f"{o.jobs} jobs {o.commands}" for o in ours if o.accounts == c.accounts)
+                for c in ours
+                if c.jobs == ours[0].jobs
+            ),
+            not wrong,
         ),
     ]
+    largest = max(c.jobs for c in ours)
+    for mine, other in zip(ours, theirs, strict=True):
+        if mine.jobs == largest:
+            goals.append(
+                Goal(
+                    NAME,
+                    f"at {largest} jobs over {mine.accounts} accounts, >= 100x less time per "
+                    "cycle than per-job polling",
+                    times(other.cycle / mine.cycle),
+                    other.cycle / mine.cycle >= 100,
+                )
+            )
     return Outcome([table], goals)
