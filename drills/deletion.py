@@ -3,7 +3,7 @@ deleted worker remains in squeue.
 
 Statuses covered: pending (deleted as its submission starts, or 0-0.3 s after the request:
 before, during or just after its submission), queued, starting (its agent cannot call back:
-the web server is down meanwhile), connected, stopping (deleted twice), and stopped (deleted
+the agents' server is down meanwhile), connected, stopping (deleted twice), and stopped (deleted
 again). Mid-submit requests and deletions call workers_app.services (what the API calls)
 in-process, to land inside a submission's ~0.15 s; the others go through the API.
 """
@@ -41,8 +41,8 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
             status = drill.delete(worker)
             drill.check(status == 202, f"DELETE of a {worker.status} worker answered {status}")
 
-        # Starting: the job runs but its agent cannot call back while the web server is down.
-        platform.stop("web")
+        # Starting: the job runs but its agent cannot call back while the agents' server is down.
+        platform.stop("agents")
         starting = services.request_worker(
             owner=drill.owner, cluster=drill.cluster.name, environment=RUN_ENVIRONMENT
         )
@@ -50,7 +50,7 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
             raise HarnessError(f"no worker reached starting: {drill.statuses([starting])}")
         deleted_in[S.STARTING] += 1
         services.delete_worker(starting)
-        platform.start_web()
+        platform.start_agents()
 
         queued, connected = drill.settled(queued=2, connected=3)
         for worker in queued + connected[:2]:

@@ -13,6 +13,7 @@ every command at once, as a deployment expecting them would.
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import threading
 import time
 from collections import Counter
@@ -101,9 +102,12 @@ def _ping_loop(url: str, stop: threading.Event, out: Timings) -> None:
             stop.wait(max(0.0, 0.5 - (time.monotonic() - started)))
 
 
-def _flood(url: str, key: str, stop: EventType, results: Queue[dict[str, int]]) -> None:
-    """GET /api/workers/ in a loop until told to stop (a process of its own)."""
+def _flood(
+    url: str, key: str, go: EventType, stop: EventType, results: Queue[dict[str, int]]
+) -> None:
+    """GET /api/workers/ in a loop from ``go`` until ``stop`` (a process of its own)."""
     codes: Counter[str] = Counter()
+    go.wait()
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as api:
         while not stop.is_set():
             try:
@@ -183,54 +187,77 @@ def run(
             secrets = {w.public_id: agent_secret(w.public_id) for w in connected}
             if not beat_url or not all(secrets.values()):
                 raise HarnessError("could not read the agents' URL and secrets")
-            began = now()
-            stop = threading.Event()
-            baseline, beats, pings = Timings(), Timings(), Timings()
-            # A quiet baseline first: a few seconds of beats with nothing else going on.
-            probes = [
-                threading.Thread(target=_beat_loop, args=(beat_url, w, s, stop, baseline))
-                for w, s in secrets.items()
-            ]
-            for probe in probes:
-                probe.start()
-            time.sleep(5)
-            stop.set()
-            for probe in probes:
-                probe.join()
-            stop.clear()
-            probes = [
-                threading.Thread(target=_beat_loop, args=(beat_url, w, s, stop, beats))
-                for w, s in secrets.items()
-            ]
-            probes.append(threading.Thread(target=_ping_loop, args=(beat_url, stop, pings)))
-            for probe in probes:
-                probe.start()
+            # The flood's processes are forked now, while this process has no other thread
+            # (a fork amid threads may copy a lock some thread holds), and wait to be let go.
             context = multiprocessing.get_context("fork")
-            flood_stop = context.Event()
+            flood_go, flood_stop = context.Event(), context.Event()
             results: Queue[dict[str, int]] = context.Queue()
             floods = [
-                context.Process(target=_flood, args=(platform.url, drill.key, flood_stop, results))
+                context.Process(
+                    target=_flood, args=(platform.url, drill.key, flood_go, flood_stop, results)
+                )
                 for _ in range(flooders)
             ]
-            for flood in floods:
-                flood.start()
-            loaded = time.monotonic()
-            with ThreadPoolExecutor(max_workers=commands) as pool:
-                futures = []
-                for i in range(commands):
-                    key, worker = owned[i % len(owned)]
-                    futures.append(pool.submit(_exec, platform.url, key, worker.public_id, seconds))
-                answers = [f.result() for f in futures]
-            load_for = time.monotonic() - loaded
-            flood_stop.set()
+            stop = threading.Event()
+            probes: list[threading.Thread] = []
             flood_codes: Counter[str] = Counter()
-            for _ in floods:
-                flood_codes.update(results.get(timeout=60))
-            for flood in floods:
-                flood.join(timeout=30)
-            stop.set()
-            for probe in probes:
-                probe.join()
+            try:
+                for flood in floods:
+                    flood.start()
+                began = now()
+                baseline, beats, pings = Timings(), Timings(), Timings()
+                # A quiet baseline first: a few seconds of beats with nothing else going on.
+                quiet = [
+                    threading.Thread(
+                        target=_beat_loop, args=(beat_url, w, s, stop, baseline), daemon=True
+                    )
+                    for w, s in secrets.items()
+                ]
+                for probe in quiet:
+                    probe.start()
+                time.sleep(5)
+                stop.set()
+                for probe in quiet:
+                    probe.join()
+                stop.clear()
+                probes = [
+                    threading.Thread(
+                        target=_beat_loop, args=(beat_url, w, s, stop, beats), daemon=True
+                    )
+                    for w, s in secrets.items()
+                ]
+                probes.append(
+                    threading.Thread(target=_ping_loop, args=(beat_url, stop, pings), daemon=True)
+                )
+                for probe in probes:
+                    probe.start()
+                flood_go.set()
+                loaded = time.monotonic()
+                with ThreadPoolExecutor(max_workers=commands) as pool:
+                    futures = []
+                    for i in range(commands):
+                        key, worker = owned[i % len(owned)]
+                        futures.append(
+                            pool.submit(_exec, platform.url, key, worker.public_id, seconds)
+                        )
+                    answers = [f.result() for f in futures]
+                load_for = time.monotonic() - loaded
+                flood_stop.set()
+                for _ in floods:
+                    try:
+                        flood_codes.update(results.get(timeout=60))
+                    except queue.Empty:
+                        flood_codes["no report"] += 1
+            finally:
+                flood_go.set()
+                flood_stop.set()
+                stop.set()
+                for flood in floods:
+                    flood.join(timeout=10)
+                    if flood.is_alive():
+                        flood.kill()
+                for probe in probes:
+                    probe.join()
             drill.result.repetitions = commands
             codes = Counter(code for code, _ in answers)
             ran = [took for code, took in answers if code == 200]
@@ -239,6 +266,10 @@ def run(
                 f"commands answered {dict(codes)} (only 200 and 429 expected)",
             )
             drill.check(bool(ran), "no command ran")
+            drill.check(
+                "no report" not in flood_codes and flood_codes.get("200", 0) > 0,
+                f"the API flood did not run through: {dict(flood_codes)}",
+            )
             drill.check(not beats.failures, f"beats failed under load: {dict(beats.failures)}")
             drill.check(
                 beats.p(0.99) < 1.0, f"heartbeat p99 {beats.p(0.99) * 1000:.0f} ms under load"

@@ -1,7 +1,8 @@
-"""Restart the web server and the Celery worker: no worker changes status; agents' heartbeats
-resume.
+"""Restart the web server, the agents' server and the Celery worker: no worker changes status;
+agents' heartbeats resume.
 
-A deploy's rolling restart: the web server (SIGTERM, then a new one), then the Celery worker,
+A deploy's rolling restart: the web server (SIGTERM, then a new one), the agents' server, then
+the Celery worker,
 with workers connected (their agents beating) and others queued.
 """
 
@@ -12,7 +13,7 @@ import time
 from drills.drill import Drill, DrillResult, now, pause
 from harness.cluster import SshTarget
 
-NAME = "Restart the web server and the Celery worker"
+NAME = "Restart the web server, the agents' server and the Celery worker"
 
 
 def run(target: SshTarget, *, restarts: int = 3) -> DrillResult:
@@ -23,12 +24,17 @@ def run(target: SshTarget, *, restarts: int = 3) -> DrillResult:
         interval = drill.knob("ACTIVATE_HEARTBEAT_INTERVAL")
         timeout = drill.knob("ACTIVATE_HEARTBEAT_TIMEOUT")
         web_down: list[float] = []
+        agents_down: list[float] = []
         for _ in range(restarts):
             began = now()
             stopped = time.monotonic()
             platform.stop("web")
             platform.start_web()
             web_down.append(time.monotonic() - stopped)
+            stopped = time.monotonic()
+            platform.stop("agents")
+            platform.start_agents()
+            agents_down.append(time.monotonic() - stopped)
             platform.stop("worker")
             platform.start_worker()
             drill.result.repetitions += 1
@@ -46,7 +52,8 @@ def run(target: SshTarget, *, restarts: int = 3) -> DrillResult:
             drill.check(not silent, f"heartbeats did not resume after a restart: {silent}")
         drill.note(
             f"{len(connected)} connected and {len(queued)} queued workers; web down "
-            f"{min(web_down):.1f}-{max(web_down):.1f} s per restart (heartbeat timeout "
+            f"{min(web_down):.1f}-{max(web_down):.1f} s and the agents' server "
+            f"{min(agents_down):.1f}-{max(agents_down):.1f} s per restart (heartbeat timeout "
             f"{timeout:g} s); no status change, every agent beating the new server"
         )
         return drill.result

@@ -32,6 +32,7 @@ def run(target: SshTarget, *, duration: float = 40) -> DrillResult:
         with Drill("two-beats", target, title=NAME, knobs=KNOBS) as drill:
             platform = drill.platform
             platform.start_web()
+            platform.start_agents()
             platform.start_worker()
             platform.start_beat("beat")
             platform.start_beat("beat2")
