@@ -21,6 +21,7 @@ from workers_app.clusters import note_cluster_contact
 from workers_app.connections import KeyUnusable, adapter_for, adapter_for_worker
 from workers_app.locks import submission_lock
 from workers_app.models import Cluster, ClusterAccount, Worker, job_name_prefix, new_agent_secret
+from workers_app.relays import RelayNotReady, agent_url_for
 from workers_app.schedulers.base import (
     JobInfo,
     JobSpec,
@@ -53,7 +54,8 @@ def job_spec(worker: Worker, secret: str) -> JobSpec:
         partition=worker.job_partition,
         directives=list(worker.job_directives),
         environment={
-            "ACTIVATE_URL": settings.ACTIVATE_AGENT_URL,
+            # The agents' server, or the relay on the login host (agents go via the login host).
+            "ACTIVATE_URL": agent_url_for(worker.cluster),
             "ACTIVATE_WORKER_ID": worker.public_id,
             "ACTIVATE_WORKER_SECRET": secret,
             "ACTIVATE_HEARTBEAT_INTERVAL": f"{settings.ACTIVATE_HEARTBEAT_INTERVAL:g}",
@@ -72,6 +74,8 @@ def reason_for_users(cluster: Cluster, exc: Exception) -> str:
         )
     if isinstance(exc, KeyUnusable):
         return f"cluster {cluster.name} is misconfigured on the platform; an operator must fix it"
+    if isinstance(exc, RelayNotReady):
+        return f"the relay on the login host of {cluster.name} is not up yet"
     if isinstance(exc, CommandTimeout):
         return f"cluster {cluster.name} did not answer in time"
     if isinstance(exc, SSHError):

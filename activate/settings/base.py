@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 
@@ -86,6 +87,26 @@ ACTIVATE_SSH_COMMAND_TIMEOUT = env.number("ACTIVATE_SSH_COMMAND_TIMEOUT", 60, mi
 ACTIVATE_SSH_MAX_CHANNELS = env.integer("ACTIVATE_SSH_MAX_CHANNELS", 8, minimum=1)
 ACTIVATE_SSH_IDLE_TIMEOUT = env.number("ACTIVATE_SSH_IDLE_TIMEOUT", 600, minimum=1)
 ACTIVATE_SSH_MAX_CONNECTIONS = env.integer("ACTIVATE_SSH_MAX_CONNECTIONS", 64, minimum=1)
+# Relays on login hosts (clusters whose agents go via the login host; `run_relays` keeps them):
+# how often each is checked, and the lease that keeps it to one per cluster and installation.
+# A supervisor that dies is replaced within a lease, well before any agent's silence counts.
+ACTIVATE_RELAY_LEASE = env.number(
+    "ACTIVATE_RELAY_LEASE", min(30.0, ACTIVATE_HEARTBEAT_TIMEOUT / 4), minimum=0.5
+)
+ACTIVATE_RELAY_CHECK_INTERVAL = env.number(
+    "ACTIVATE_RELAY_CHECK_INTERVAL", min(2.0, ACTIVATE_RELAY_LEASE / 4), minimum=0.1
+)
+_agent_url = urlsplit(ACTIVATE_AGENT_URL)
+# Where relayed connections go on the platform's side: the agents' server itself, in plain
+# HTTP (the SSH connection already encrypts the way from the login host).
+ACTIVATE_RELAY_UPSTREAM = env.matching(
+    "ACTIVATE_RELAY_UPSTREAM",
+    f"{_agent_url.hostname}:{_agent_url.port or 80}"
+    if _agent_url.scheme == "http"
+    else "127.0.0.1:8001",
+    pattern=r"[A-Za-z0-9.\-]+:[0-9]{1,5}|\[[0-9A-Fa-f:]+\]:[0-9]{1,5}",
+    meaning="host:port of the agents' server",
+)
 
 # An agent must be able to miss one beat without being declared lost.
 require_less_than(
@@ -94,6 +115,14 @@ require_less_than(
 )
 require_less_than(
     ("ACTIVATE_SWEEP_INTERVAL", ACTIVATE_SWEEP_INTERVAL),
+    ("ACTIVATE_HEARTBEAT_TIMEOUT", ACTIVATE_HEARTBEAT_TIMEOUT),
+)
+require_less_than(
+    ("3 * ACTIVATE_RELAY_CHECK_INTERVAL", 3 * ACTIVATE_RELAY_CHECK_INTERVAL),
+    ("ACTIVATE_RELAY_LEASE", ACTIVATE_RELAY_LEASE),
+)
+require_less_than(
+    ("ACTIVATE_RELAY_LEASE", ACTIVATE_RELAY_LEASE),
     ("ACTIVATE_HEARTBEAT_TIMEOUT", ACTIVATE_HEARTBEAT_TIMEOUT),
 )
 require_less_than(

@@ -117,7 +117,7 @@ def test_the_lifecycle_knows_nothing_of_tasks() -> None:
     assert "workers_app.tasks" not in all_imports(known["workers_app.jobs"])
 
 
-@pytest.mark.parametrize("module", ["ssh", "hostkeys", "base", "slurm", "pbs", "host"])
+@pytest.mark.parametrize("module", ["ssh", "tunnel", "hostkeys", "base", "slurm", "pbs", "host"])
 def test_the_transport_and_adapters_import_no_django(module: str) -> None:
     path = REPO / "workers_app" / "schedulers" / f"{module}.py"
     assert not {name for name in all_imports(path) if name.split(".")[0] == "django"}

@@ -226,6 +226,11 @@ class SSHConnection:
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise SSHError(f"cannot open a channel to {self.host}:{self.port}: {exc}") from exc
 
+    def transport(self) -> paramiko.Transport:
+        """The live transport, connected first if needed: for forwards and long-lived channels
+        (workers_app.schedulers.tunnel), which commands' channel slots do not cover."""
+        return self._transport()
+
     def close(self) -> None:
         with self._lock:
             if self._client is not None:

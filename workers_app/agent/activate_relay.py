@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""ACTIVATE relay: runs on a cluster's login host for clusters whose compute nodes cannot reach
+the platform. Agents call it; it passes each agent request to a port on the login host's
+loopback that the platform's SSH connection forwards back to the platform's agents' server.
+
+Standard library only, Python 3.6+, like the agent. Started by the platform over SSH as
+``python3 -c BOOT activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT``, its source sent on
+stdin; it then keeps reading stdin and exits when that closes, so it never outlives the SSH
+session that started it. Once listening it prints ``READY <port> <hostname>`` on stdout.
+
+Only the agent endpoints pass (``/agent/``, GET or POST, one request per connection, a small
+body); anything else is answered 403 here and never reaches the platform.
+"""
+
+import errno
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+
+AGENT_PATH = re.compile(r"^/agent/[A-Za-z0-9._~/-]*$")
+METHODS = ("GET", "POST")
+MAX_HEAD = 8192
+MAX_BODY = 65536
+MAX_CONNECTIONS = 256
+IO_TIMEOUT = 15.0
+# Hop-by-hop headers: the relay decides how the connection ends (one request, then close).
+DROPPED_HEADERS = ("connection", "keep-alive", "proxy-connection", "upgrade", "te")
+
+
+class Refusal(Exception):
+    def __init__(self, status: int, reason: str, text: str) -> None:
+        super().__init__(text)
+        self.status, self.reason, self.text = status, reason, text
+
+
+def log(message: str) -> None:
+    sys.stderr.write("[activate-relay %s] %s\n" % (time.strftime("%H:%M:%S"), message))
+    sys.stderr.flush()
+
+
+def answer(client: socket.socket, refusal: Refusal) -> None:
+    body = (refusal.text + "\n").encode()
+    head = (
+        "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+        "Connection: close\r\n\r\n" % (refusal.status, refusal.reason, len(body))
+    )
+    try:
+        client.sendall(head.encode() + body)
+    except OSError:
+        pass
+
+
+def read_head(client: socket.socket) -> tuple:
+    """The request head (up to the blank line) and whatever body bytes came with it."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if len(data) > MAX_HEAD:
+            raise Refusal(431, "Request Header Fields Too Large", "request head too large")
+        chunk = client.recv(4096)
+        if not chunk:
+            raise Refusal(400, "Bad Request", "incomplete request")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def checked_request(head: bytes) -> tuple:
+    """The request line and headers to send on, or Refusal when it is not an agent call."""
+    try:
+        lines = head.decode("ascii").split("\r\n")
+    except UnicodeDecodeError:
+        raise Refusal(400, "Bad Request", "request head is not ASCII") from None
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise Refusal(400, "Bad Request", "malformed request line")
+    method, target, version = parts
+    path = target.split("?", 1)[0]
+    if method not in METHODS or not AGENT_PATH.match(path) or ".." in path or "//" in path:
+        raise Refusal(403, "Forbidden", "only the agent endpoints are relayed")
+    headers = []
+    length = 0
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise Refusal(400, "Bad Request", "malformed header")
+        lowered = name.lower()
+        if lowered == "transfer-encoding":
+            raise Refusal(411, "Length Required", "chunked bodies are not relayed")
+        if lowered == "content-length":
+            value = value.strip()
+            if not value.isdigit() or (length and int(value) != length):
+                raise Refusal(400, "Bad Request", "malformed Content-Length")
+            length = int(value)
+            if length > MAX_BODY:
+                raise Refusal(413, "Payload Too Large", "request body too large")
+        if lowered in DROPPED_HEADERS:
+            continue
+        headers.append(line)
+    request_line = "%s %s %s" % (method, target, version)
+    out = "\r\n".join([request_line, *headers, "Connection: close"]) + "\r\n\r\n"
+    return out.encode("ascii"), length
+
+
+def read_body(client: socket.socket, already: bytes, length: int) -> bytes:
+    body = already[:length]
+    while len(body) < length:
+        chunk = client.recv(min(65536, length - len(body)))
+        if not chunk:
+            raise Refusal(400, "Bad Request", "incomplete body")
+        body += chunk
+    return body
+
+
+def relay_one(client: socket.socket, forwarded_port: int) -> None:
+    try:
+        client.settimeout(IO_TIMEOUT)
+        head, rest = read_head(client)
+        request, length = checked_request(head)
+        body = read_body(client, rest, length)
+    except Refusal as refusal:
+        answer(client, refusal)
+        return
+    except OSError:
+        return
+    try:
+        upstream = socket.create_connection(("127.0.0.1", forwarded_port), timeout=IO_TIMEOUT)
+    except OSError as exc:
+        log("cannot reach the forwarded port %d: %s" % (forwarded_port, exc))
+        answer(client, Refusal(502, "Bad Gateway", "the platform cannot be reached"))
+        return
+    try:
+        upstream.sendall(request + body)
+        while True:
+            chunk = upstream.recv(65536)
+            if not chunk:
+                break
+            client.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        upstream.close()
+
+
+def serve_connection(client: socket.socket, forwarded_port: int, slots: threading.Semaphore):
+    try:
+        relay_one(client, forwarded_port)
+    finally:
+        try:
+            client.close()
+        finally:
+            slots.release()
+
+
+def pidfile_for(tag: str) -> str:
+    return os.path.join(os.path.expanduser("~"), ".activate", "relay-%s.pid" % tag)
+
+
+def is_relay(pid: int, tag: str) -> bool:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            words = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return b"activate-relay" in words and tag.encode() in words
+
+
+def replace_previous(tag: str) -> str:
+    """One relay per cluster and installation on this host: an earlier one (whose SSH session
+    has not ended yet, e.g. a platform host that vanished) is stopped before this one binds."""
+    path = pidfile_for(tag)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    try:
+        with open(path) as handle:
+            old = int(handle.read().strip() or "0")
+    except (OSError, ValueError):
+        old = 0
+    if old and old != os.getpid() and is_relay(old, tag):
+        log("stopping the previous relay (pid %d)" % old)
+        try:
+            os.kill(old, signal.SIGTERM)
+            for _ in range(50):
+                if not is_relay(old, tag):
+                    break
+                time.sleep(0.1)
+            else:
+                os.kill(old, signal.SIGKILL)
+        except OSError:
+            pass
+    with open(path + ".tmp", "w") as handle:
+        handle.write("%d\n" % os.getpid())
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    deadline = time.monotonic() + 10
+    while True:
+        server = socket.socket(family, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            server.bind((host, port))
+            server.listen(128)
+            return server
+        except OSError as exc:
+            server.close()
+            # The relay this one replaces may still be letting go of the port.
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def watch_lifeline(pidfile: str) -> None:
+    """Exit when stdin closes: the SSH session that started the relay has ended."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    forget_pidfile(pidfile)
+    os._exit(0)
+
+
+def forget_pidfile(path: str) -> None:
+    try:
+        with open(path) as handle:
+            if handle.read().strip() == str(os.getpid()):
+                os.remove(path)
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list) -> int:
+    if len(argv) != 5 or argv[0] != "activate-relay":
+        log("usage: activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT")
+        return 2
+    tag, bind_host, bind_port, forwarded_port = argv[1], argv[2], int(argv[3]), int(argv[4])
+    pidfile = replace_previous(tag)
+
+    def stop(*_: object) -> None:
+        forget_pidfile(pidfile)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
+    try:
+        server = listen(bind_host or "0.0.0.0", bind_port)
+    except OSError as exc:
+        log("cannot listen on %s:%d: %s" % (bind_host or "*", bind_port, exc))
+        forget_pidfile(pidfile)
+        return 1
+    threading.Thread(target=watch_lifeline, args=(pidfile,), daemon=True).start()
+    port = server.getsockname()[1]
+    sys.stdout.write("READY %d %s\n" % (port, socket.gethostname()))
+    sys.stdout.flush()
+    slots = threading.Semaphore(MAX_CONNECTIONS)
+    while True:
+        try:
+            client, _ = server.accept()
+        except OSError:
+            continue
+        if not slots.acquire(blocking=False):
+            answer(client, Refusal(503, "Service Unavailable", "too many connections"))
+            client.close()
+            continue
+        threading.Thread(
+            target=serve_connection, args=(client, forwarded_port, slots), daemon=True
+        ).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
