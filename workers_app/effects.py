@@ -18,6 +18,7 @@ from activate.celery import app
 log = logging.getLogger(__name__)
 
 SUBMIT = "workers_app.tasks.submit_worker"
+SUBMIT_MANY = "workers_app.tasks.submit_workers"
 CANCEL = "workers_app.tasks.cancel_worker_job"
 
 
@@ -37,6 +38,14 @@ def _enqueue_on_commit(task: str, *args: object) -> None:
 
 def submit_worker(worker_id: int) -> None:
     _enqueue_on_commit(SUBMIT, worker_id)
+
+
+def submit_workers(worker_ids: list[int]) -> None:
+    """One message for many workers: they are submitted together, grouped by account."""
+    if len(worker_ids) == 1:
+        submit_worker(worker_ids[0])
+    elif worker_ids:
+        _enqueue_on_commit(SUBMIT_MANY, list(worker_ids))
 
 
 def cancel_worker_job(worker_id: int) -> None:

@@ -19,7 +19,7 @@ from workers_app import lifecycle
 from workers_app.agent import agent_source
 from workers_app.clusters import note_cluster_contact
 from workers_app.connections import KeyUnusable, adapter_for, adapter_for_worker
-from workers_app.locks import submission_lock
+from workers_app.locks import submission_locks
 from workers_app.models import Cluster, ClusterAccount, Worker, job_name_prefix, new_agent_secret
 from workers_app.relays import RelayNotReady, agent_url_for
 from workers_app.schedulers.base import (
@@ -103,53 +103,111 @@ def _may_have_a_job(worker: Worker) -> bool:
 
 def submit_worker(worker_id: int) -> str:
     """Send a pending worker's job to its cluster, exactly once. Returns what happened."""
-    worker = Worker.objects.select_related("cluster", "account").filter(pk=worker_id).first()
-    if worker is None or worker.status != S.PENDING:
-        return "not pending"
-    with submission_lock(worker.pk) as taken:
-        if not taken:
-            return "another submission is in progress"
-        worker.refresh_from_db()
-        if worker.status != S.PENDING:
-            return "not pending"
-        cluster = worker.cluster
-        # Should this process die mid-submit, the dispatch sweep sends it again later.
-        lifecycle.lease_submission(
-            worker, until=timezone.now() + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE)
+    return submit_workers([worker_id])[worker_id]
+
+
+def submit_workers(worker_ids: list[int]) -> dict[int, str]:
+    """Send pending workers' jobs to their clusters, exactly once each; what happened to each.
+
+    Workers waiting for the same (cluster, account) go together: one lookup for those an
+    earlier attempt may have submitted, then their job scripts in as few commands as the
+    adapter allows (``submit_many``).
+    """
+    outcomes = dict.fromkeys(worker_ids, "not pending")
+    groups: dict[tuple[int, int | None], list[int]] = {}
+    pending = (
+        Worker.objects.filter(pk__in=worker_ids, status=S.PENDING)
+        .order_by("pk")
+        .values_list("pk", "cluster_id", "account_id")
+    )
+    for pk, cluster_id, account_id in pending:
+        groups.setdefault((cluster_id, account_id), []).append(pk)
+    for ids in groups.values():
+        outcomes.update(_submit_group(ids))
+    return outcomes
+
+
+def _submit_group(worker_ids: list[int]) -> dict[int, str]:
+    """Submit workers of one (cluster, account), each under its own submission lock."""
+    with submission_locks(worker_ids) as taken:
+        outcomes = {
+            pk: "not pending" if pk in taken else "another submission is in progress"
+            for pk in worker_ids
+        }
+        workers = list(
+            Worker.objects.select_related("cluster", "account")
+            .filter(pk__in=taken, status=S.PENDING)
+            .order_by("pk")
         )
-        try:
-            adapter = adapter_for_worker(worker)
-            existing = adapter.find_job(worker.job_name) if _may_have_a_job(worker) else None
-            if existing:
-                job_id = existing
-                lifecycle.record_event(worker, f"Found job {job_id} already submitted; adopted it")
-            else:
-                secret, secret_hash = new_agent_secret()
-                Worker.objects.filter(pk=worker.pk).update(agent_secret_hash=secret_hash)
-                worker.agent_secret_hash = secret_hash
-                job_id = adapter.submit(job_spec(worker, secret))
-        except AuthenticationFailed as exc:
-            if worker.account is None:
-                # The cluster's own (shared) account: an operator's matter, worth waiting for.
-                note_cluster_contact(cluster, error=exc)
-                return _wait_for_cluster(worker, cluster, exc)
-            note_account_refused(worker.account, str(exc))
+        if workers:
+            outcomes.update(_submit_locked(workers))
+    return outcomes
+
+
+def _submit_locked(workers: list[Worker]) -> dict[int, str]:
+    cluster = workers[0].cluster
+    # Should this process die mid-submit, the dispatch sweep sends them again later.
+    lifecycle.lease_submissions(
+        workers, until=timezone.now() + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE)
+    )
+    outcomes: dict[int, str] = {}
+    try:
+        adapter = adapter_for_worker(workers[0])
+        retried = [w.job_name for w in workers if _may_have_a_job(w)]
+        found = adapter.find_jobs(retried) if retried else {}
+        adopted = [(w, found[w.job_name]) for w in workers if w.job_name in found]
+        fresh = [w for w in workers if w.job_name not in found]
+        results = adapter.submit_many(_specs_with_new_secrets(fresh)) if fresh else []
+    except AuthenticationFailed as exc:
+        if workers[0].account is None:
+            # The cluster's own (shared) account: an operator's matter, worth waiting for.
+            note_cluster_contact(cluster, error=exc)
+            return {w.pk: _wait_for_cluster(w, cluster, exc) for w in workers}
+        note_account_refused(workers[0].account, str(exc))
+        for worker in workers:
             lifecycle.fail_worker(worker, reason=reason_for_users(cluster, exc))
-            return "account refused"
-        except (SSHError, QueryFailed, SchedulerUnavailable) as exc:
-            # Unknown outcome (sbatch may have made the job): the next attempt looks it up.
-            if isinstance(exc, SSHError | QueryFailed):
-                note_cluster_contact(cluster, error=exc)
-            return _wait_for_cluster(worker, cluster, exc)
-        except SchedulerError as exc:
-            note_cluster_contact(cluster)
-            lifecycle.fail_worker(worker, reason=f"The scheduler refused the job: {exc}")
-            return "refused"
+        return dict.fromkeys((w.pk for w in workers), "account refused")
+    except (SSHError, QueryFailed, SchedulerUnavailable) as exc:
+        # Unknown outcome (sbatch may have made the jobs): the next attempt looks them up.
+        if isinstance(exc, SSHError | QueryFailed):
+            note_cluster_contact(cluster, error=exc)
+        return {w.pk: _wait_for_cluster(w, cluster, exc) for w in workers}
+    except SchedulerError as exc:
         note_cluster_contact(cluster)
-        with transaction.atomic():
-            if not lifecycle.mark_submitted(worker, job_id=job_id):
-                lifecycle.record_job_to_cancel(worker, job_id=job_id)
-                return f"worker ended meanwhile; cancelling job {job_id}"
+        for worker in workers:
+            lifecycle.fail_worker(worker, reason=f"The scheduler refused the job: {exc}")
+        return dict.fromkeys((w.pk for w in workers), "refused")
+    note_cluster_contact(cluster)
+    for worker, job_id in adopted:
+        lifecycle.record_event(worker, f"Found job {job_id} already submitted; adopted it")
+        outcomes[worker.pk] = _record_submitted(worker, job_id)
+    for worker, result in zip(fresh, results, strict=True):
+        if isinstance(result, SchedulerUnavailable):
+            outcomes[worker.pk] = _wait_for_cluster(worker, cluster, result)
+        elif isinstance(result, SchedulerError):
+            lifecycle.fail_worker(worker, reason=f"The scheduler refused the job: {result}")
+            outcomes[worker.pk] = "refused"
+        else:
+            outcomes[worker.pk] = _record_submitted(worker, result)
+    return outcomes
+
+
+def _specs_with_new_secrets(workers: list[Worker]) -> list[JobSpec]:
+    """Each worker's job with a fresh agent secret, whose hash is committed before any submit
+    command runs (so a worker with a hash may have a job, and one without never had)."""
+    secrets = []
+    for worker in workers:
+        secret, worker.agent_secret_hash = new_agent_secret()
+        secrets.append(secret)
+    Worker.objects.bulk_update(workers, ["agent_secret_hash"])
+    return [job_spec(w, secret) for w, secret in zip(workers, secrets, strict=True)]
+
+
+def _record_submitted(worker: Worker, job_id: str) -> str:
+    with transaction.atomic():
+        if not lifecycle.mark_submitted(worker, job_id=job_id):
+            lifecycle.record_job_to_cancel(worker, job_id=job_id)
+            return f"worker ended meanwhile; cancelling job {job_id}"
     return f"submitted as job {job_id}"
 
 

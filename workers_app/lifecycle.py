@@ -120,6 +120,14 @@ def record_event(worker: Worker, reason: str) -> None:
     )
 
 
+def record_events(workers: list[Worker], reason: str) -> None:
+    """``record_event`` for many workers, in one insert."""
+    WorkerEvent.objects.bulk_create(
+        WorkerEvent(worker_id=w.pk, old_status=w.status, new_status=w.status, reason=reason)
+        for w in workers
+    )
+
+
 # One function per change. Each returns whether it made the change.
 
 
@@ -288,6 +296,15 @@ def lease_submission(worker: Worker, *, until: datetime) -> None:
     """A submission owns this pending worker until ``until``; the dispatch sweep waits."""
     Worker.objects.filter(pk=worker.pk, status=S.PENDING).update(next_attempt_at=until)
     worker.next_attempt_at = until
+
+
+def lease_submissions(workers: list[Worker], *, until: datetime) -> None:
+    """``lease_submission`` for many pending workers in one update."""
+    Worker.objects.filter(pk__in=[w.pk for w in workers], status=S.PENDING).update(
+        next_attempt_at=until
+    )
+    for worker in workers:
+        worker.next_attempt_at = until
 
 
 def record_job_to_cancel(worker: Worker, *, job_id: str) -> None:

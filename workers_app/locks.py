@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from django.conf import settings
 from django.db import connection
@@ -41,3 +41,33 @@ def submission_lock(worker_id: int) -> Iterator[bool]:
     finally:
         if taken:
             lock.release()
+
+
+@contextmanager
+def submission_locks(worker_ids: list[int]) -> Iterator[set[int]]:
+    """``submission_lock`` for many workers at once: yields the ids whose lock was taken.
+
+    On PostgreSQL one query takes them all and one releases them.
+    """
+    if connection.vendor != "postgresql":
+        with ExitStack() as stack:
+            taken = {w for w in worker_ids if stack.enter_context(submission_lock(w))}
+            yield taken
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM unnest(%s::bigint[]) AS id"
+            " WHERE pg_try_advisory_lock(%s, (id %% %s)::int)",
+            [worker_ids, LOCK_NAMESPACE, 2**31],
+        )
+        taken = {int(row[0]) for row in cursor.fetchall()}
+    try:
+        yield taken
+    finally:
+        if taken:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_unlock(%s, (id %% %s)::int)"
+                    " FROM unnest(%s::bigint[]) AS id",
+                    [LOCK_NAMESPACE, 2**31, sorted(taken)],
+                )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -25,6 +26,8 @@ from workers_app.schedulers.ssh import SSHError
 from workers_app.statuses import WorkerStatus
 
 NAME_MAX = 128
+# Workers one request may ask for.
+BULK_MAX = 500
 
 
 def request_worker(
@@ -46,6 +49,65 @@ def request_worker(
         earlier = worker_requested_with(owner, idempotency_key)
         if earlier is not None:
             return earlier
+    [worker] = _record_requests(
+        owner=owner,
+        cluster=cluster,
+        environment=environment,
+        params=params,
+        names=[name.strip()],
+        keys=[idempotency_key],
+    )
+    return worker
+
+
+def request_workers(
+    *,
+    owner: User,
+    cluster: str,
+    environment: str,
+    count: int,
+    params: Mapping[str, object] | None = None,
+    name: str = "",
+    idempotency_key: str = "",
+) -> list[Worker]:
+    """``count`` workers alike, in one transaction and with one message to submit them all.
+
+    Named ``<name>-1`` ... ``<name>-N`` when a name is given. An ``idempotency_key`` covers the
+    whole request: repeated, it answers the workers made then (whatever the count says now).
+    """
+    if not 1 <= count <= BULK_MAX:
+        raise ParameterError("count", f"must be from 1 to {BULK_MAX}")
+    if idempotency_key:
+        earlier = workers_requested_with(owner, idempotency_key)
+        if earlier:
+            return earlier
+    name = name.strip()
+    names = [f"{name}-{n}" if name else "" for n in range(1, count + 1)]
+    keys = [_bulk_key(idempotency_key, n) if idempotency_key else "" for n in range(1, count + 1)]
+    return _record_requests(
+        owner=owner,
+        cluster=cluster,
+        environment=environment,
+        params=params,
+        names=names,
+        keys=keys,
+    )
+
+
+def _bulk_key(idempotency_key: str, n: int) -> str:
+    # Each worker keeps the request's key with its place in the request, so a retry finds all.
+    return f"{idempotency_key}#{n}"
+
+
+def _record_requests(
+    *,
+    owner: User,
+    cluster: str,
+    environment: str,
+    params: Mapping[str, object] | None,
+    names: list[str],
+    keys: list[str],
+) -> list[Worker]:
     found_cluster = Cluster.objects.filter(name=cluster).first()
     if found_cluster is None:
         raise ParameterError("cluster", f"unknown cluster {cluster!r}")
@@ -58,40 +120,54 @@ def request_worker(
         raise ParameterError("environment", f"unknown environment {environment!r} on {cluster}")
     if not env.is_active:
         raise ParameterError("environment", f"environment {environment!r} is inactive")
-    name = name.strip()
-    if len(name) > NAME_MAX or not name.isprintable():
-        raise ParameterError(
-            "name", f"must be at most {NAME_MAX} printable characters (no control characters)"
-        )
+    for name in names:
+        if len(name) > NAME_MAX or not name.isprintable():
+            raise ParameterError(
+                "name", f"must be at most {NAME_MAX} printable characters (no control characters)"
+            )
     account = acting_account(owner, found_cluster)
     resolved = validate_params(env, params or {}, scheduler=adapter_class(found_cluster.scheduler))
+    directives = directives_for(env, resolved)
     now = timezone.now()
-    worker = Worker(
-        owner=owner,
-        cluster=found_cluster,
-        environment=env,
-        account=account,
-        params=resolved,
-        job_partition=env.partition,
-        job_directives=directives_for(env, resolved),
-        idempotency_key=idempotency_key,
-        created_at=now,
-        deadline_at=lifecycle.initial_deadline(now),
-        next_attempt_at=now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE),
-    )
-    worker.name = name or f"{env.name}-{worker.public_id}"
+    workers = []
+    for name, key in zip(names, keys, strict=True):
+        worker = Worker(
+            owner=owner,
+            cluster=found_cluster,
+            environment=env,
+            account=account,
+            params=resolved,
+            job_partition=env.partition,
+            job_directives=list(directives),
+            idempotency_key=key,
+            created_at=now,
+            deadline_at=lifecycle.initial_deadline(now),
+            next_attempt_at=now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE),
+        )
+        worker.name = name or f"{env.name}-{worker.public_id}"
+        workers.append(worker)
     try:
         with transaction.atomic():
-            worker.save()
-            lifecycle.record_event(worker, "Requested")
-            effects.submit_worker(worker.pk)
+            if len(workers) == 1:
+                workers[0].save()
+            else:
+                Worker.objects.bulk_create(workers)
+            lifecycle.record_events(workers, "Requested")
+            effects.submit_workers([w.pk for w in workers])
     except IntegrityError:
-        # The same key, sent twice at once: the other request made the worker.
-        earlier = worker_requested_with(owner, idempotency_key) if idempotency_key else None
-        if earlier is None:
+        # The same key, sent twice at once: the other request made the workers.
+        key = keys[0]
+        if not key:
+            raise
+        earlier = (
+            [w for w in [worker_requested_with(owner, key)] if w is not None]
+            if len(keys) == 1
+            else workers_requested_with(owner, key.rpartition("#")[0])
+        )
+        if not earlier:
             raise
         return earlier
-    return worker
+    return workers
 
 
 def worker_requested_with(owner: User, idempotency_key: str) -> Worker | None:
@@ -100,6 +176,16 @@ def worker_requested_with(owner: User, idempotency_key: str) -> Worker | None:
         .filter(owner=owner, idempotency_key=idempotency_key)
         .first()
     )
+
+
+def workers_requested_with(owner: User, idempotency_key: str) -> list[Worker]:
+    """The workers of an earlier bulk request with this key, in the order they were asked."""
+    workers = (
+        Worker.objects.select_related("cluster", "environment")
+        .filter(owner=owner, idempotency_key__startswith=f"{idempotency_key}#")
+        .filter(idempotency_key__regex=rf"^{re.escape(idempotency_key)}#[0-9]+$")
+    )
+    return sorted(workers, key=lambda w: int(w.idempotency_key.rpartition("#")[2]))
 
 
 def delete_worker(worker: Worker, *, reason: str = lifecycle.REASON_DELETED) -> bool:

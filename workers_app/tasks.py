@@ -31,6 +31,11 @@ def submit_worker(worker_id: int) -> str:
 
 
 @shared_task
+def submit_workers(worker_ids: list[int]) -> dict[str, str]:
+    return {str(pk): outcome for pk, outcome in jobs.submit_workers(worker_ids).items()}
+
+
+@shared_task
 def cancel_worker_job(worker_id: int) -> str:
     # One attempt; the poll makes the next ones, with backoff, while the job is still listed.
     return jobs.cancel_worker_job(worker_id)
@@ -69,8 +74,9 @@ def sweep_heartbeats() -> int:
 @shared_task
 def dispatch_pending() -> int:
     ids = sweeps.dispatch_pending()
-    for worker_id in ids:
-        submit_worker.delay(worker_id)
+    if ids:
+        # One message: the workers of each (cluster, account) are submitted together.
+        submit_workers.delay(ids)
     return len(ids)
 
 

@@ -193,3 +193,32 @@ def test_time_limit_ends_as_timeout(slurm: SlurmAdapter, timeout_job: str) -> No
     assert (info.phase, info.state, info.failed) == (Phase.ENDED, "TIMEOUT", False)
     final = slurm.final_state(timeout_job)
     assert final is not None and final.state == "TIMEOUT"
+
+
+def test_many_jobs_go_in_one_command_with_one_outcome_each(
+    slurm: SlurmAdapter, ssh: SSHConnection, submitted: list[str], unique: str
+) -> None:
+    # Given 12 jobs, one of them refused by Slurm, one with a hostile environment value
+    specs = [
+        JobSpec(
+            name=f"{unique}batch{n}",
+            partition="no-such-partition" if n == 5 else "",
+            directives=[NOT_BEFORE_AN_HOUR],
+            environment={"HOSTILE": HOSTILE},
+            command="sleep 300",
+        )
+        for n in range(12)
+    ]
+    # When they are submitted together
+    before = ssh.commands_run
+    outcomes = slurm.submit_many(specs)
+    submitted += [o for o in outcomes if isinstance(o, str)]
+    # Then one command made eleven jobs, each findable by its name, and the bad one says why
+    assert ssh.commands_run - before == 1
+    assert len(outcomes) == 12
+    assert isinstance(outcomes[5], SchedulerError) and "partition" in str(outcomes[5]).lower()
+    made = {spec.name: o for spec, o in zip(specs, outcomes, strict=True) if isinstance(o, str)}
+    assert len(made) == 11
+    before = ssh.commands_run
+    assert slurm.find_jobs([spec.name for spec in specs]) == made
+    assert ssh.commands_run - before == 1

@@ -13,7 +13,7 @@ from workers_app.models import (
     Worker,
     WorkerEvent,
 )
-from workers_app.services import NAME_MAX
+from workers_app.services import BULK_MAX, NAME_MAX
 
 
 class ErrorSerializer(serializers.Serializer[None]):
@@ -160,6 +160,18 @@ class WorkerCreateSerializer(serializers.Serializer[None]):
         default="",
         help_text="Defaults to <environment>-<id>.",
     )
+    count = serializers.IntegerField(
+        min_value=1,
+        max_value=BULK_MAX,
+        required=False,
+        help_text="Request this many workers alike at once (named <name>-1 ... <name>-N when a "
+        "name is given); the answer is then {count, workers}.",
+    )
+
+
+class WorkerBatchSerializer(serializers.Serializer[None]):
+    count = serializers.IntegerField(help_text="How many workers the request made.")
+    workers = WorkerSerializer(many=True)
 
 
 class WorkerEventSerializer(serializers.ModelSerializer[WorkerEvent]):

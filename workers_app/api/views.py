@@ -14,7 +14,12 @@ from django.contrib.auth.models import User
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
@@ -35,6 +40,7 @@ from workers_app.api.serializers import (
     EnvironmentSerializer,
     ErrorSerializer,
     UserSerializer,
+    WorkerBatchSerializer,
     WorkerCreateSerializer,
     WorkerEventSerializer,
     WorkerSerializer,
@@ -57,6 +63,17 @@ def _user(request: Request) -> User:
     # IsAuthenticated has run: the user is a real one, not AnonymousUser.
     assert isinstance(request.user, User)
     return request.user
+
+
+CREATED = PolymorphicProxySerializer(
+    component_name="WorkerCreated",
+    serializers=[WorkerSerializer, WorkerBatchSerializer],
+    resource_type_field_name=None,
+)
+
+
+def _batch(workers: list[Worker]) -> dict[str, Any]:
+    return {"count": len(workers), "workers": WorkerSerializer(workers, many=True).data}
 
 
 class Pagination(LimitOffsetPagination):
@@ -228,8 +245,8 @@ class WorkerViewSet(
             )
         ],
         responses={
-            200: WorkerSerializer,
-            201: WorkerSerializer,
+            200: CREATED,
+            201: CREATED,
             400: ErrorSerializer,
             **NOT_AUTHENTICATED,
         },
@@ -237,8 +254,11 @@ class WorkerViewSet(
     def create(self, request: Request) -> Response:
         """Request a worker; it starts pending and is submitted to the cluster's scheduler.
 
+        With ``count``, that many workers alike in one request, answered as ``{count,
+        workers}``; they are submitted together.
+
         Send an ``Idempotency-Key`` header to retry safely: a request that repeats a key you
-        used before answers 200 with the worker made then, and makes no second one.
+        used before answers 200 with the worker (or workers) made then, and makes no more.
         """
         key = request.headers.get("Idempotency-Key", "")
         if len(key) > IDEMPOTENCY_KEY_MAX or not key.isprintable():
@@ -246,12 +266,21 @@ class WorkerViewSet(
                 {"Idempotency-Key": f"must be at most {IDEMPOTENCY_KEY_MAX} printable characters"}
             )
         owner = _user(request)
+        body = WorkerCreateSerializer(data=request.data)
+        if isinstance(request.data, dict) and "count" in request.data:
+            return self._create_many(owner, key, body)
         if key and (earlier := services.worker_requested_with(owner, key)) is not None:
             return Response(WorkerSerializer(earlier).data, status=status.HTTP_200_OK)
-        body = WorkerCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         worker = services.request_worker(owner=owner, idempotency_key=key, **body.validated_data)
         return Response(WorkerSerializer(worker).data, status=status.HTTP_201_CREATED)
+
+    def _create_many(self, owner: User, key: str, body: WorkerCreateSerializer) -> Response:
+        if key and (earlier := services.workers_requested_with(owner, key)):
+            return Response(_batch(earlier), status=status.HTTP_200_OK)
+        body.is_valid(raise_exception=True)
+        workers = services.request_workers(owner=owner, idempotency_key=key, **body.validated_data)
+        return Response(_batch(workers), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={202: WorkerSerializer, **NOT_FOUND})
     def destroy(self, request: Request, **kwargs: str) -> Response:

@@ -238,9 +238,34 @@ class SchedulerAdapter(ABC):
         """Submit the job (its script sent on stdin); returns the job id. SchedulerError if
         refused."""
 
+    def submit_many(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
+        """Submit several jobs in as few commands as the scheduler allows.
+
+        One outcome per spec, in order: the job id, or that job's own error (a
+        SchedulerUnavailable when whether it was made is unknown). SSHError when the command
+        itself failed: then every outcome is unknown. This fallback submits one at a time.
+        """
+        outcomes: list[str | SchedulerError] = []
+        for spec in specs:
+            try:
+                outcomes.append(self.submit(spec))
+            except SchedulerError as exc:
+                outcomes.append(exc)
+        return outcomes
+
     @abstractmethod
     def find_job(self, name: str) -> str | None:
         """The id of a live job with this name, if any. QueryFailed if the query failed."""
+
+    def find_jobs(self, names: list[str]) -> dict[str, str]:
+        """Name -> id of the live jobs with these names (missing: none). QueryFailed if a query
+        failed. This fallback asks one name at a time."""
+        found: dict[str, str] = {}
+        for name in names:
+            job_id = self.find_job(name)
+            if job_id:
+                found[name] = job_id
+        return found
 
     @abstractmethod
     def query(self, job_ids: list[str]) -> QueryResult:
@@ -273,3 +298,8 @@ class SchedulerAdapter(ABC):
     ) -> CommandResult:
         """Run a command on the job's node (the one the scheduler reports), inside its
         allocation where the scheduler allows. SchedulerError if the job is not running."""
+
+    @abstractmethod
+    def interactive_command(self, job_id: str, argv: list[str], *, pty: bool) -> str:
+        """The login host's command line that runs argv (none: the user's login shell) on the
+        job's node, inside its allocation, under a terminal of its own when ``pty``."""

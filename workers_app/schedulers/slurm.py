@@ -8,8 +8,10 @@ specified"; that one message is a definite "not listed", anything else is a fail
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
+import shlex
 
 from workers_app.schedulers.base import (
     CommandResult,
@@ -21,6 +23,7 @@ from workers_app.schedulers.base import (
     QueryFailed,
     QueryResult,
     SchedulerAdapter,
+    SchedulerError,
     SchedulerUnavailable,
 )
 
@@ -96,6 +99,24 @@ QUERY_FIELDS = 6
 # jobs with --me (Slurm 20.11+) instead, so a poll is one command however many jobs are live.
 QUERY_CHUNK = 500
 NOT_FOUND = "Invalid job id specified"
+# Several jobs per command: each stdin line is "NAME PARTITION SCRIPT" (partition "-" for none,
+# the script in base64, so no byte of it reaches the shell), and each sbatch's output is closed
+# by a marker line with its exit status. Names and partitions are checked (check_spec) to hold
+# no whitespace or shell metacharacters; they are still quoted where used.
+SUBMIT_MARKER = "@@activate-sbatch-exit"
+SUBMIT_LOOP = (
+    "while read -r name partition script; do "
+    'if [ "$partition" = - ]; then set --; else set -- "--partition=$partition"; fi; '
+    'printf \'%s\' "$script" | base64 -d | sbatch --parsable "--job-name=$name" '
+    '--output=/dev/null --error=/dev/null "$@" 2>&1; '
+    f"printf '\\n{SUBMIT_MARKER} %s\\n' \"$?\"; "
+    "done"
+)
+# Scripts per command: enough that the channel's cost vanishes, few enough that one command
+# stays well inside the command timeout on a slow controller.
+SUBMIT_CHUNK = 50
+# Names per squeue --name (a comma-separated list).
+NAME_CHUNK = 100
 ACCOUNTING_DISABLED = "accounting storage is disabled"
 
 
@@ -216,6 +237,35 @@ def parse_scontrol(stdout: str, job_id: str) -> JobInfo | None:
     return None
 
 
+def _job_number(job_id: str) -> int:
+    return int(re.split(r"[_+]", job_id)[0])
+
+
+def parse_submit_loop(stdout: str, adapter: SchedulerAdapter) -> list[str | SchedulerError]:
+    """One outcome per marker line of SUBMIT_LOOP's output, in order."""
+    outcomes: list[str | SchedulerError] = []
+    output: list[str] = []
+    for line in stdout.splitlines():
+        if not line.startswith(SUBMIT_MARKER + " "):
+            if line.strip():
+                output.append(line.strip())
+            continue
+        status = line.removeprefix(SUBMIT_MARKER + " ").strip()
+        if status != "0":
+            message = "; ".join(output)[:1000]
+            failed = CommandResult(int(status) if status.isdigit() else 1, "", message)
+            outcomes.append(adapter.refusal("sbatch", failed))
+        else:
+            match = SBATCH_OUTPUT.fullmatch(output[-1]) if output else None
+            outcomes.append(
+                match.group(1)
+                if match
+                else SchedulerUnavailable(f"unexpected sbatch output: {' '.join(output)[:200]!r}")
+            )
+        output = []
+    return outcomes
+
+
 def parse_sinfo(stdout: str) -> list[Partition]:
     """Parse ``sinfo -h -o %P|%a|%l|%D|%T``: one line per partition and node state."""
     order: list[str] = []
@@ -324,6 +374,28 @@ class SlurmAdapter(SchedulerAdapter):
             raise SchedulerUnavailable(f"unexpected sbatch output: {result.stdout[:200]!r}")
         return match.group(1)
 
+    def submit_many(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
+        if len(specs) <= 1:
+            return super().submit_many(specs)
+        outcomes: list[str | SchedulerError] = []
+        for start in range(0, len(specs), SUBMIT_CHUNK):
+            outcomes += self._submit_chunk(specs[start : start + SUBMIT_CHUNK])
+        return outcomes
+
+    def _submit_chunk(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
+        lines = []
+        for spec in specs:
+            script = base64.b64encode(self.render_script(spec).encode()).decode()
+            lines.append(f"{spec.name} {spec.partition or '-'} {script}\n")
+        result = self._run(["sh", "-c", SUBMIT_LOOP], stdin="".join(lines))
+        outcomes = parse_submit_loop(result.stdout, self)
+        missing = len(specs) - len(outcomes)
+        # The loop stopped early (killed, cut off): those jobs may or may not exist.
+        outcomes += [
+            SchedulerUnavailable(f"no answer for this job's sbatch: {result.stderr.strip()[:200]}")
+        ] * missing
+        return outcomes[: len(specs)]
+
     def query(self, job_ids: list[str]) -> QueryResult:
         bad = [job_id for job_id in job_ids if not JOB_ID.fullmatch(job_id)]
         if bad:
@@ -375,6 +447,38 @@ class SlurmAdapter(SchedulerAdapter):
         if len(live) > 1:
             log.warning("%d live jobs are named %s", len(live), name)
         return max(live, key=lambda info: int(re.split(r"[_+]", info.job_id)[0])).job_id
+
+    def find_jobs(self, names: list[str]) -> dict[str, str]:
+        if len(names) <= 1:
+            return super().find_jobs(names)
+        bad = [name for name in names if not NAME_ARGUMENT.fullmatch(name) or "," in name]
+        if bad:
+            raise ValueError(f"not job names squeue can look up: {bad[:5]!r}")
+        found: dict[str, str] = {}
+        for start in range(0, len(names), NAME_CHUNK):
+            chunk = names[start : start + NAME_CHUNK]
+            result = self._run(
+                [
+                    "squeue",
+                    "--noheader",
+                    "--states=all",
+                    f"--name={','.join(chunk)}",
+                    f"--Format={QUERY_FORMAT}",
+                ]
+            )
+            if result.exit_status != 0 or _error_lines(result.stderr):
+                raise QueryFailed(f"squeue failed: {result.stderr.strip()[:500]}")
+            wanted = set(chunk)
+            for info in parse_squeue(result.stdout).values():
+                if info.name not in wanted or info.phase is Phase.ENDED:
+                    continue
+                earlier = found.get(info.name)
+                if earlier is not None:
+                    log.warning("more than one live job is named %s", info.name)
+                    if _job_number(earlier) > _job_number(info.job_id):
+                        continue
+                found[info.name] = info.job_id
+        return found
 
     def final_state(self, job_id: str) -> JobInfo | None:
         if not JOB_ID.fullmatch(job_id):
@@ -437,6 +541,17 @@ class SlurmAdapter(SchedulerAdapter):
             timeout=timeout,
             output_limit=output_limit,
         )
+
+    def interactive_command(self, job_id: str, argv: list[str], *, pty: bool) -> str:
+        if not JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        step = ["srun", f"--jobid={job_id}", "--overlap", "--ntasks=1"]
+        if pty:
+            step.append("--pty")
+        if not argv:
+            # The user's shell, as the login host names it: expanded there, not by us.
+            return shlex.join([*step, "--"]) + ' "${SHELL:-/bin/sh}" -l'
+        return shlex.join([*step, "--", *argv])
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         # Live jobs of the cluster account only (--me): platform jobs all run under it.
