@@ -1,4 +1,4 @@
-"""The whole platform as real processes (gunicorn for users and for agents, Celery worker, Celery
+"""The whole platform as real processes (web and agents' servers, Celery worker, Celery
 beat), each started the way scripts/start.sh starts it, with its timing knobs, logging to a work
 directory.
 
@@ -77,6 +77,11 @@ class Platform:
     redis_url: str = ""
     port: int = field(default_factory=free_port)
     agent_port: int = field(default_factory=free_port)
+    # Where the agents' server listens: another loopback address (127.0.0.7) proves that agents
+    # of a via-login-host cluster, told only the relay's address, never needed this one.
+    agent_host: str = "127.0.0.1"
+    # Also run `scripts/start.sh relays` (clusters whose agents go via the login host).
+    relays: bool = False
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -86,7 +91,7 @@ class Platform:
     @property
     def agent_url(self) -> str:
         """The agents' own server, which job scripts call back on."""
-        return f"http://127.0.0.1:{self.agent_port}"
+        return f"http://{self.agent_host}:{self.agent_port}"
 
     def env(self) -> dict[str, str]:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("ACTIVATE_")}
@@ -101,7 +106,7 @@ class Platform:
                 "ACTIVATE_PUBLIC_URL": self.url,
                 "ACTIVATE_BIND": f"127.0.0.1:{self.port}",
                 "ACTIVATE_AGENT_URL": self.agent_url,
-                "ACTIVATE_AGENT_BIND": f"127.0.0.1:{self.agent_port}",
+                "ACTIVATE_AGENT_BIND": f"{self.agent_host}:{self.agent_port}",
                 "ACTIVATE_LOG_LEVEL": "INFO",
                 "PYTHON": sys.executable,
             }
@@ -111,13 +116,13 @@ class Platform:
     # -- starting ---------------------------------------------------------------------------
 
     def start_web(self, name: str = "web") -> subprocess.Popen[bytes]:
-        """gunicorn on the test settings, returned once /health/ answers.
+        """The ASGI web server on the test settings, returned once /health/ answers.
 
         Not through start.sh: that migrates and collects static files, which the test database
         does not need.
         """
-        argv = [str(BIN / "gunicorn"), "activate.wsgi:application", "--bind"]
-        argv += [f"127.0.0.1:{self.port}", "--workers", "2", "--threads", "4"]
+        argv = [str(BIN / "uvicorn"), "activate.asgi:application", "--host", "127.0.0.1"]
+        argv += ["--port", str(self.port), "--workers", "2", "--lifespan", "off"]
         process = self._spawn(name, argv, self.env())
         self._ready(self._web_answers, "the web server did not answer")
         return process
@@ -125,7 +130,7 @@ class Platform:
     def start_deployed_web(
         self, *, workers: int, threads: int, name: str = "web"
     ) -> subprocess.Popen[bytes]:
-        """gunicorn exactly as `scripts/start.sh web` runs it, with production settings."""
+        """The web server exactly as `scripts/start.sh web` runs it, with production settings."""
         environ = self.env()
         environ.update(
             {
@@ -162,14 +167,20 @@ class Platform:
         environ["ACTIVATE_BEAT_SCHEDULE_FILE"] = str(self.workdir / f"{name}-schedule")
         return self._spawn(name, ["bash", str(START), "beat"], environ)
 
+    def start_relays(self, name: str = "relays") -> subprocess.Popen[bytes]:
+        """`scripts/start.sh relays`: keeps the relays of via-login-host clusters."""
+        return self._spawn(name, ["bash", str(START), "relays"], self.env())
+
     def start_all(self) -> None:
-        """Web server, agents' server, Celery worker and beat; if one does not start, none is left
-        running."""
+        """Web server, agents' server, Celery worker and beat (and the relays' keeper if asked);
+        if one does not start, none is left running."""
         try:
             self.start_web()
             self.start_agents()
             self.start_worker()
             self.start_beat()
+            if self.relays:
+                self.start_relays()
         except BaseException:
             self.stop_all()
             raise

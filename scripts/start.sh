@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one way each process of the platform starts: `make run`, Docker and operators share it.
-#   scripts/start.sh web|agents|worker|beat
+#   scripts/start.sh web|agents|worker|beat|relays
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -11,21 +11,25 @@ case "${1:-}" in
   web)
     "$PY" manage.py migrate --noinput >/dev/null
     "$PY" manage.py collectstatic --noinput >/dev/null
-    exec "$BIN/gunicorn" activate.wsgi:application \
-      --bind "${ACTIVATE_BIND:-127.0.0.1:8000}" \
-      --workers "${ACTIVATE_WEB_WORKERS:-2}" --threads "${ACTIVATE_WEB_THREADS:-4}" \
-      --access-logfile - --logger-class activate.gunicorn_logging.QuietHeartbeatLogger \
-      --graceful-timeout 10
+    # ASGI: terminals and session proxies are long-lived WebSockets on the event loop; pages
+    # and the API run in threads of their own per request, as under WSGI.
+    bind=${ACTIVATE_BIND:-127.0.0.1:8000}
+    exec "$BIN/uvicorn" activate.asgi:application \
+      --host "${bind%:*}" --port "${bind##*:}" \
+      --workers "${ACTIVATE_WEB_WORKERS:-2}" --lifespan off --proxy-headers \
+      --timeout-graceful-shutdown 10 --ws-ping-interval 20 --ws-ping-timeout 20
     ;;
   agents)
     # The agents' endpoints only (every other path is a 404), in a server of their own: users'
     # requests filling the web server's threads never delay a heartbeat.
+    # Heartbeats are answered by a lean ASGI callable on uvicorn's event loop (one Redis round
+    # trip each); connect and ping go on to Django's ASGI application.
     export ACTIVATE_AGENT_SERVER=true
-    exec "$BIN/gunicorn" activate.wsgi:application \
-      --bind "${ACTIVATE_AGENT_BIND:-127.0.0.1:8001}" \
-      --workers "${ACTIVATE_AGENT_WORKERS:-2}" --threads "${ACTIVATE_AGENT_THREADS:-8}" \
-      --access-logfile - --logger-class activate.gunicorn_logging.QuietHeartbeatLogger \
-      --graceful-timeout 10
+    agent_bind=${ACTIVATE_AGENT_BIND:-127.0.0.1:8001}
+    exec "$BIN/uvicorn" activate.agent_asgi:application \
+      --host "${agent_bind%:*}" --port "${agent_bind##*:}" \
+      --workers "${ACTIVATE_AGENT_WORKERS:-2}" --loop uvloop --http httptools \
+      --timeout-graceful-shutdown 10 --no-server-header
     ;;
   worker)
     exec "$BIN/celery" -A activate worker --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \
@@ -36,8 +40,13 @@ case "${1:-}" in
     exec "$BIN/celery" -A activate beat --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \
       --schedule "${ACTIVATE_BEAT_SCHEDULE_FILE:-data/celerybeat-schedule}"
     ;;
+  relays)
+    # Keeps the relays of clusters whose agents go via the login host (one per cluster and
+    # installation, however many of these run); idle when there are none.
+    exec "$PY" manage.py run_relays
+    ;;
   *)
-    echo "usage: $0 web|agents|worker|beat" >&2
+    echo "usage: $0 web|agents|worker|beat|relays" >&2
     exit 2
     ;;
 esac

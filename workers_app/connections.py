@@ -22,13 +22,16 @@ from workers_app.models import Cluster, ClusterAccount, Worker
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers import adapter_class
 from workers_app.schedulers.base import SchedulerAdapter
-from workers_app.schedulers.ssh import SSHConnection, SSHError
+from workers_app.schedulers.ssh import PtySize, SSHConnection, SSHError, Stream
 
 ConnectionKey = tuple[int, int]  # (cluster id, account id or 0 for the cluster's own)
 # Each process publishes how many connections it holds, so operators see the sum (/health/).
 COUNT_KEY_PREFIX = "activate:ssh-connections:"
 
 _connections: dict[ConnectionKey, tuple[tuple[str, ...], SSHConnection]] = {}
+# Terminals get connections of their own, a few streams each (sshd's MaxSessions is 10 by
+# default), closed with their last stream: an open shell never competes with the polls.
+_stream_connections: dict[ConnectionKey, dict[SSHConnection, int]] = {}
 _lock = threading.Lock()
 
 
@@ -52,6 +55,20 @@ def _login(cluster: Cluster, account: ClusterAccount | None) -> tuple[str, str]:
         raise KeyUnusable(str(exc)) from None
 
 
+def _new_connection(cluster: Cluster, account: ClusterAccount | None) -> SSHConnection:
+    username, private_key = _login(cluster, account)
+    return SSHConnection(
+        host=cluster.host,
+        port=cluster.port,
+        username=username,
+        private_key=private_key,
+        host_key=cluster.host_key,
+        connect_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
+        command_timeout=settings.ACTIVATE_SSH_COMMAND_TIMEOUT,
+        max_channels=settings.ACTIVATE_SSH_MAX_CHANNELS,
+    )
+
+
 def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> SSHConnection:
     """The process-wide connection to ``cluster`` as ``account`` (None: the cluster's own)."""
     key: ConnectionKey = (cluster.pk, account.pk if account is not None else 0)
@@ -65,17 +82,7 @@ def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> S
             return found[1]
         if found is not None:
             stale.append(found[1])
-        username, private_key = _login(cluster, account)
-        connection = SSHConnection(
-            host=cluster.host,
-            port=cluster.port,
-            username=username,
-            private_key=private_key,
-            host_key=cluster.host_key,
-            connect_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
-            command_timeout=settings.ACTIVATE_SSH_COMMAND_TIMEOUT,
-            max_channels=settings.ACTIVATE_SSH_MAX_CHANNELS,
-        )
+        connection = _new_connection(cluster, account)
         _connections[key] = (fingerprint, connection)
         stale += _evict_locked(keep=key)
         held = len(_connections)
@@ -83,6 +90,46 @@ def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> S
         old.close()
     _publish(held)
     return connection
+
+
+def open_stream(worker: Worker, argv: list[str], *, pty: PtySize | None) -> Stream:
+    """Run argv (none: a login shell) in the worker's job, as its owner, kept open as a stream.
+
+    SchedulerError if the job is not running; SSHError if the cluster cannot be reached.
+    """
+    account = worker.account
+    key: ConnectionKey = (worker.cluster.pk, account.pk if account is not None else 0)
+    with _lock:
+        pool = _stream_connections.setdefault(key, {})
+        connection = next(
+            (c for c, n in pool.items() if n < settings.ACTIVATE_SSH_STREAMS_PER_CONNECTION), None
+        )
+        if connection is None:
+            connection = _new_connection(worker.cluster, account)
+        # Counted before the command starts, so a concurrent open sees this place taken.
+        pool[connection] = pool.get(connection, 0) + 1
+    try:
+        adapter = adapter_class(worker.cluster.scheduler)(connection)
+        command = adapter.interactive_command(worker.scheduler_job_id, argv, pty=pty is not None)
+        return connection.open_stream(
+            command, pty=pty, on_close=lambda: _stream_closed(key, connection)
+        )
+    except BaseException:
+        _stream_closed(key, connection)
+        raise
+
+
+def _stream_closed(key: ConnectionKey, connection: SSHConnection) -> None:
+    with _lock:
+        pool = _stream_connections.get(key, {})
+        left = pool.get(connection, 1) - 1
+        if left > 0:
+            pool[connection] = left
+            return
+        pool.pop(connection, None)
+        if not pool:
+            _stream_connections.pop(key, None)
+    connection.close()
 
 
 def _evict_locked(*, keep: ConnectionKey) -> list[SSHConnection]:
@@ -129,7 +176,9 @@ def connections_held_everywhere() -> int:
 
 def open_connection_count() -> int:
     with _lock:
-        return sum(1 for _, conn in _connections.values() if conn.is_connected)
+        held = [conn for _, conn in _connections.values()]
+        held += [conn for pool in _stream_connections.values() for conn in pool]
+    return sum(1 for conn in held if conn.is_connected)
 
 
 def close_all_connections() -> None:
@@ -144,8 +193,9 @@ def _forget_connections_after_fork() -> None:
     # A forked child (Celery prefork) must not touch the parent's sockets or locks: it starts
     # with no connections, and never closes the inherited ones (that would disconnect the
     # parent's session).
-    global _connections, _lock
+    global _connections, _stream_connections, _lock
     _connections = {}
+    _stream_connections = {}
     _lock = threading.Lock()
 
 

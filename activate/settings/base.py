@@ -78,6 +78,10 @@ ACTIVATE_BREAKER_MIN_WORKERS = env.integer("ACTIVATE_BREAKER_MIN_WORKERS", 3, mi
 ACTIVATE_EXEC_PER_USER = env.integer("ACTIVATE_EXEC_PER_USER", 4, minimum=1)
 ACTIVATE_EXEC_TIMEOUT = env.number("ACTIVATE_EXEC_TIMEOUT", 300, minimum=1)
 ACTIVATE_EXEC_MAX_OUTPUT = env.integer("ACTIVATE_EXEC_MAX_OUTPUT", 1_048_576, minimum=1024)
+# Terminals (browser and `pw ssh`): closed after this long without a byte either way, or open.
+ACTIVATE_TERMINAL_IDLE_TIMEOUT = env.number("ACTIVATE_TERMINAL_IDLE_TIMEOUT", 3600, minimum=1)
+ACTIVATE_TERMINAL_MAX_DURATION = env.number("ACTIVATE_TERMINAL_MAX_DURATION", 86400, minimum=1)
+ACTIVATE_TERMINALS_PER_USER = env.integer("ACTIVATE_TERMINALS_PER_USER", 10, minimum=1)
 ACTIVATE_PROBE_INTERVAL = env.number("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
 ACTIVATE_RECONCILE_INTERVAL = env.number("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
 # How long a dispatched submission owns a pending worker before the sweep sends it again.
@@ -85,6 +89,9 @@ ACTIVATE_SUBMIT_LEASE = env.number("ACTIVATE_SUBMIT_LEASE", 60, minimum=1)
 ACTIVATE_SSH_CONNECT_TIMEOUT = env.number("ACTIVATE_SSH_CONNECT_TIMEOUT", 10, minimum=0.1)
 ACTIVATE_SSH_COMMAND_TIMEOUT = env.number("ACTIVATE_SSH_COMMAND_TIMEOUT", 60, minimum=0.1)
 ACTIVATE_SSH_MAX_CHANNELS = env.integer("ACTIVATE_SSH_MAX_CHANNELS", 8, minimum=1)
+ACTIVATE_SSH_STREAMS_PER_CONNECTION = env.integer(
+    "ACTIVATE_SSH_STREAMS_PER_CONNECTION", 8, minimum=1
+)
 ACTIVATE_SSH_IDLE_TIMEOUT = env.number("ACTIVATE_SSH_IDLE_TIMEOUT", 600, minimum=1)
 ACTIVATE_SSH_MAX_CONNECTIONS = env.integer("ACTIVATE_SSH_MAX_CONNECTIONS", 64, minimum=1)
 # Relays on login hosts (clusters whose agents go via the login host; `run_relays` keeps them):

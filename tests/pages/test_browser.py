@@ -1,5 +1,5 @@
 """The browser UI as a person uses it: headless Chromium (Debian's, driven by Playwright) against
-the whole platform as real processes (gunicorn, Celery worker and beat) and the real Slurm.
+the whole platform as real processes (web server, Celery worker and beat) and the real Slurm.
 
 Screenshots of every page go to data/screenshots/ (the run prints where); look at them.
 """
@@ -7,6 +7,7 @@ Screenshots of every page go to data/screenshots/ (the run prints where); look a
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -65,7 +66,7 @@ def screenshots(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture
 def browser_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
-    # gunicorn serves static files through WhiteNoise from STATIC_ROOT, as a deployment does.
+    # The web server serves static files through WhiteNoise from STATIC_ROOT, as a deployment does.
     call_command("collectstatic", interactive=False, verbosity=0)
     # Finished workers leave the list after 5 s, so the test sees a deleted one go.
     running = Platform(workdir=tmp_path, knobs={"ACTIVATE_PURGE_AFTER": "5"})
@@ -168,6 +169,16 @@ def chromium(chromium_installed: str) -> Iterator[Any]:
     os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
+def terminal_sizes(page: Any, screen: Any, *, count: int) -> list[tuple[int, int]]:
+    """The `stty size` answers on the terminal's screen, once ``count`` of them are there."""
+    deadline = time.monotonic() + 30
+    while True:
+        answers = re.findall(r"^(\d+) (\d+)\s*$", screen.inner_text(), re.MULTILINE)
+        if len(answers) >= count or time.monotonic() > deadline:
+            return [(int(r), int(c)) for r, c in answers]
+        page.wait_for_timeout(200)
+
+
 def status_of_row(page: Any, public_id: str) -> str:
     row = page.locator(f"#worker-{public_id}")
     return row.get_attribute("data-status", timeout=1000) if row.count() else ""
@@ -259,10 +270,31 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
     # Copy the SSH command from the row's menu.
     row.locator("details.menu summary").click()
     ui.shot("08-row-menu", full_page=False)
-    assert row.get_by_text("Open in terminal").count() == 0
     row.get_by_role("button", name="Copy SSH command").click()
     row.get_by_role("button", name="Copied").wait_for()
     assert page.evaluate("navigator.clipboard.readText()") == f"pw ssh {worker.public_id}"
+
+    # Open in terminal: a shell on the node in a tab of its own; it follows the window's size.
+    row.locator("details.menu:not([open])").wait_for()
+    row.locator("details.menu summary").click()
+    with context.expect_page() as opened:
+        row.get_by_role("link", name="Open in terminal").click()
+    shell = opened.value
+    shell.on("pageerror", lambda e: ui.errors.append(str(e)))
+    shell.locator("#terminal-state", has_text="Connected").wait_for(timeout=60_000)
+    screen = shell.locator(".xterm-rows")
+    shell.keyboard.type("echo node-is-$(hostname)\n")
+    shell.get_by_text(f"node-is-{worker.node_hostname}").wait_for(timeout=30_000)
+    shell.keyboard.type("stty size\n")
+    sizes = terminal_sizes(shell, screen, count=1)
+    shell.set_viewport_size({"width": 900, "height": 500})
+    shell.keyboard.type("stty size\n")
+    resized = terminal_sizes(shell, screen, count=2)
+    assert resized[0] == sizes[0] and resized[1] != sizes[0], resized
+    rows, cols = resized[1]
+    assert rows < sizes[0][0] and cols < sizes[0][1]
+    shell.screenshot(path=str(screenshots / "08b-terminal.png"))
+    shell.close()
 
     # Delete it: the confirmation says its sessions go too; then it leaves the list.
     row.locator("details.menu:not([open])").wait_for()  # closes itself after copying
@@ -374,6 +406,16 @@ def test_another_users_worker_is_never_in_alices_pages(
     # Without the dialog (a link opened in a new tab), the request form is a page of its own.
     ui.page.goto(browser_platform.url + "/workers/new/")
     ui.shot("40-request-as-a-page")
-    response = ui.page.goto(f"{browser_platform.url}/workers/{bobs.public_id}/delete/")
-    assert response is not None and response.status == 404
+    for action in ("delete", "terminal"):
+        response = ui.page.goto(f"{browser_platform.url}/workers/{bobs.public_id}/{action}/")
+        assert response is not None and response.status == 404
+    # Her browser's session opening Bob's terminal socket: closed as not found.
+    code = ui.page.evaluate(
+        """(id) => new Promise((resolve) => {
+            const ws = new WebSocket(`ws://${location.host}/ws/workers/${id}/terminal/`);
+            ws.onclose = (event) => resolve(event.code);
+        })""",
+        bobs.public_id,
+    )
+    assert code == 4404
     context.close()

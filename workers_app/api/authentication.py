@@ -31,6 +31,15 @@ def touch_last_used(key: ApiKey) -> None:
     key.last_used_at = now
 
 
+def user_for_api_key(secret: str) -> tuple[AbstractBaseUser, ApiKey] | None:
+    """The active user a key belongs to, or None. Used by the API and the WebSockets alike."""
+    key = ApiKey.objects.select_related("user").filter(key_hash=hash_secret(secret)).first()
+    if key is None or not key.user.is_active:
+        return None
+    touch_last_used(key)
+    return key.user, key
+
+
 class ApiKeyAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[AbstractBaseUser, ApiKey] | None:
         parts = get_authorization_header(request).split()
@@ -42,11 +51,10 @@ class ApiKeyAuthentication(BaseAuthentication):
             secret = parts[1].decode("ascii")
         except UnicodeDecodeError:
             raise AuthenticationFailed("Invalid API key.") from None
-        key = ApiKey.objects.select_related("user").filter(key_hash=hash_secret(secret)).first()
-        if key is None or not key.user.is_active:
+        found = user_for_api_key(secret)
+        if found is None:
             raise AuthenticationFailed("Invalid API key.")
-        touch_last_used(key)
-        return key.user, key
+        return found
 
     def authenticate_header(self, request: Request) -> str:
         return f'{KEYWORD} realm="api"'

@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from workers_app import accounts, services
-from workers_app.models import ApiKey, Cluster, ClusterAccount, Environment
+from workers_app.models import ApiKey, Cluster, ClusterAccount, Environment, Worker
 from workers_app.pages.forms import (
     ApiKeyForm,
     ClusterGroup,
@@ -184,6 +184,16 @@ def delete_worker(request: HttpRequest, public_id: str) -> HttpResponse:
         return navigate(request, reverse("pages:workers"))
     template = "_delete_confirm.html" if is_htmx(request) else "delete.html"
     return render(request, f"workers_app/workers/{template}", {"worker": worker})
+
+
+@login_required_page
+@require_GET
+def worker_terminal(request: HttpRequest, public_id: str) -> HttpResponse:
+    # The owner's alone, staff included: a shell acts as the owner's cluster account.
+    worker = get_object_or_404(
+        Worker.objects.select_related("cluster"), public_id=public_id, owner=_user(request)
+    )
+    return render(request, "workers_app/workers/terminal.html", {"worker": worker})
 
 
 # Clusters and the user's accounts on them

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import shlex
 import time
 from collections.abc import Mapping
 
@@ -340,6 +341,11 @@ class HostAdapter(SchedulerAdapter):
             raise ValueError(f"not a host job id: {job_id!r}")
         # The host is the node: the command runs beside the job.
         return self.runner.run(argv, timeout=timeout, output_limit=output_limit)
+
+    def interactive_command(self, job_id: str, argv: list[str], *, pty: bool) -> str:
+        if not JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a host job id: {job_id!r}")
+        return shlex.join(argv) if argv else 'exec "${SHELL:-/bin/sh}" -l'
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         return {

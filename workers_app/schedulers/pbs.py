@@ -316,6 +316,15 @@ class PbsAdapter(SchedulerAdapter):
             return
         raise SchedulerError(stderr.strip() or f"qdel exited {result.exit_status}")
 
+    def _running_node(self, job_id: str) -> str:
+        self._check_ids([job_id])
+        info = self.query([job_id]).get(job_id)
+        if info is None or info.phase is not Phase.RUNNING or not info.node:
+            raise SchedulerError(f"job {job_id} is not running on a node")
+        if not SAFE_VALUE.fullmatch(info.node):
+            raise ValueError(f"not a node name: {info.node!r}")
+        return info.node
+
     def run_in_job(
         self,
         job_id: str,
@@ -324,13 +333,7 @@ class PbsAdapter(SchedulerAdapter):
         timeout: float | None = None,
         output_limit: int | None = None,
     ) -> CommandResult:
-        self._check_ids([job_id])
-        info = self.query([job_id]).get(job_id)
-        if info is None or info.phase is not Phase.RUNNING or not info.node:
-            raise SchedulerError(f"job {job_id} is not running on a node")
-        node = info.node
-        if not SAFE_VALUE.fullmatch(node):
-            raise ValueError(f"not a node name: {node!r}")
+        node = self._running_node(job_id)
         # PBS Pro sites allow SSH from the login node to nodes that run one's own job. ssh
         # hands its command to the node's shell, so argv goes as one quoted word: the node's
         # shell then parses it exactly once, back into argv.
@@ -339,6 +342,11 @@ class PbsAdapter(SchedulerAdapter):
             timeout=timeout,
             output_limit=output_limit,
         )
+
+    def interactive_command(self, job_id: str, argv: list[str], *, pty: bool) -> str:
+        node = self._running_node(job_id)
+        ssh = ["ssh", "-tt" if pty else "-T", "-o", "BatchMode=yes", node]
+        return shlex.join([*ssh, "--", shlex.join(argv)] if argv else ssh)
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         # Jobs of the cluster account only; qselect without -x lists unfinished ones.

@@ -15,6 +15,8 @@ import os
 import shlex
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NoReturn
 
 import paramiko
@@ -144,6 +146,7 @@ class SSHConnection:
         self.commands_run = 0
         self.connects = 0
         self.in_use = 0
+        self.streams = 0
         self.last_used = time.monotonic()
 
     def __repr__(self) -> str:
@@ -241,6 +244,40 @@ class SSHConnection:
     def is_connected(self) -> bool:
         transport = self._client.get_transport() if self._client else None
         return transport is not None and transport.is_active()
+
+    # -- interactive streams ----------------------------------------------------------------
+
+    def open_stream(
+        self, command: str, *, pty: PtySize | None, on_close: Callable[[], None] | None = None
+    ) -> Stream:
+        """Start ``command`` (a line for the remote shell) on a channel of its own, kept open.
+
+        Streams do not take the command slots: a terminal left open must never hold back the
+        platform's own commands on this connection.
+        """
+        channel = self._open_channel()
+        try:
+            if pty is not None:
+                channel.get_pty(term=pty.term, width=pty.cols, height=pty.rows)
+            channel.exec_command(command)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            channel.close()
+            raise SSHError(f"cannot start {command[:80]!r} on {self.host}: {exc}") from exc
+        with self._count_lock:
+            self.commands_run += 1
+            self.in_use += 1
+            self.streams += 1
+        _count_command()
+
+        def closed() -> None:
+            with self._count_lock:
+                self.in_use -= 1
+                self.streams -= 1
+                self.last_used = time.monotonic()
+            if on_close is not None:
+                on_close()
+
+        return Stream(channel, merged=pty is not None, on_close=closed)
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -373,6 +410,122 @@ class SSHConnection:
                 break
             stderr += data
         return bytes(stdout), bytes(stderr)
+
+
+@dataclass(frozen=True)
+class PtySize:
+    cols: int
+    rows: int
+    term: str = "xterm-256color"
+
+
+STDOUT = 1
+STDERR = 2
+# Input waiting to be sent past this is refused: a paste into a program that stopped reading.
+MAX_PENDING_INPUT = 4 * 1024 * 1024
+
+
+class Stream:
+    """One interactive command: input in, output out as it comes, then its exit status.
+
+    A reader thread hands each chunk to ``on_output(stream_id, data)`` (which may block: that
+    is the back-pressure into the SSH window) and then calls ``on_end(exit_status)``. Input is
+    queued and sent by a writer thread, so a caller on an event loop never blocks.
+    """
+
+    def __init__(self, channel: paramiko.Channel, *, merged: bool, on_close: Callable[[], None]):
+        self._channel = channel
+        self._merged = merged
+        self._on_close = on_close
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._input: list[bytes | None] = []
+        self._input_bytes = 0
+        self._input_ready = threading.Condition()
+
+    def start(
+        self, on_output: Callable[[int, bytes], None], on_end: Callable[[int | None], None]
+    ) -> None:
+        threading.Thread(
+            target=self._read, args=(on_output, on_end), name="stream-reader", daemon=True
+        ).start()
+        threading.Thread(target=self._write, name="stream-writer", daemon=True).start()
+
+    def write(self, data: bytes) -> None:
+        with self._input_ready:
+            if self._input_bytes + len(data) > MAX_PENDING_INPUT:
+                raise SSHError("the command is not reading its input")
+            self._input.append(data)
+            self._input_bytes += len(data)
+            self._input_ready.notify()
+
+    def end_input(self) -> None:
+        with self._input_ready:
+            self._input.append(None)
+            self._input_ready.notify()
+
+    def resize(self, cols: int, rows: int) -> None:
+        try:
+            self._channel.resize_pty(width=cols, height=rows)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the command is ending; its exit tells the client
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self._input_ready:
+            self._input.append(None)
+            self._input_ready.notify()
+        self._channel.close()
+        self._on_close()
+
+    def _write(self) -> None:
+        while True:
+            with self._input_ready:
+                while not self._input:
+                    self._input_ready.wait()
+                data = self._input.pop(0)
+                if data is not None:
+                    self._input_bytes -= len(data)
+            try:
+                if data is None:
+                    if not self._closed:
+                        self._channel.shutdown_write()
+                    return
+                self._channel.sendall(data)
+            except (OSError, EOFError, paramiko.SSHException):
+                return
+
+    def _read(
+        self, on_output: Callable[[int, bytes], None], on_end: Callable[[int | None], None]
+    ) -> None:
+        channel = self._channel
+        channel.settimeout(POLL_INTERVAL)
+        try:
+            while True:
+                try:
+                    data = channel.recv(READ_CHUNK)
+                except TimeoutError:
+                    data = None
+                while not self._merged and channel.recv_stderr_ready():
+                    on_output(STDERR, channel.recv_stderr(READ_CHUNK))
+                if data == b"":
+                    break
+                if data:
+                    on_output(STDOUT, data)
+            channel.settimeout(None)
+            while not self._merged:
+                data = channel.recv_stderr(READ_CHUNK)
+                if not data:
+                    break
+                on_output(STDERR, data)
+            # A channel closed from our side never gets a status: don't wait for one forever.
+            status: int | None = channel.exit_status if channel.status_event.wait(10) else None
+        except (OSError, EOFError, paramiko.SSHException):
+            status = None
+        on_end(None if status == -1 else status)
 
 
 def _forget_counters_after_fork() -> None:

@@ -32,6 +32,7 @@ def _detail(response: httpx.Response) -> tuple[str | None, str]:
 class ApiClient:
     def __init__(self, config: Config, *, transport: httpx.BaseTransport | None = None) -> None:
         self.host = config.platform_host
+        self.api_key = config.api_key
         self._http = httpx.Client(
             base_url=f"{self.host}/api",
             headers={"Authorization": f"Bearer {config.api_key}", "User-Agent": USER_AGENT},

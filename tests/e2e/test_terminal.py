@@ -1,0 +1,205 @@
+"""A real shell on the worker's node: `pw ssh` through the platform's WebSocket, a PTY inside
+the job via `srun --pty`, on the real Slurm over real SSH, as the owner's own Unix user."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import select
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from harness.cluster import SshTarget
+from harness.platform import Platform
+from harness.waiting import wait_for
+from tests.e2e.conftest import PW, pw_runner
+from tests.e2e.test_accounts import connected
+from workers_app.models import ApiKey, Environment, EnvironmentField, TerminalRecord, Worker
+
+pytestmark = [pytest.mark.slurm, pytest.mark.live]
+
+TERMINAL_KNOBS = {"ACTIVATE_TERMINALS_PER_USER": "3", "ACTIVATE_TERMINAL_IDLE_TIMEOUT": "4"}
+
+
+@pytest.fixture
+def terminal_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
+    with Platform(workdir=tmp_path, knobs=TERMINAL_KNOBS).running() as running:
+        yield running
+
+
+@pytest.fixture
+def alice_worker(
+    terminal_platform: Platform,
+    make_cluster,
+    ssh_target: SshTarget,
+    user: User,
+    tmp_path: Path,
+) -> Worker:
+    cluster = make_cluster(name="terminals", shared=False)
+    environment = Environment.objects.create(
+        cluster=cluster, name="compute", partition=ssh_target.partition
+    )
+    EnvironmentField.objects.create(
+        environment=environment, name="walltime", directive="--time={value}", default="00:10:00"
+    )
+    remote = sorted(ssh_target.accounts)[0]
+    pw = pw_runner(terminal_platform, user, tmp_path / "alice")
+    key_file = ssh_target.accounts[remote]
+    assert pw("cluster", "connect", cluster.name, "--user", remote, "--key-file", key_file)
+    created = pw("workers", "create", cluster.name, "--environment", "compute")
+    assert created.returncode == 0, created.stderr
+    return connected(Worker.objects.get(owner=user), terminal_platform)
+
+
+def pw_env(platform: Platform, user: User, home: Path) -> dict[str, str]:
+    _, key = ApiKey.issue(user)
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "TERM": "xterm",
+        "PW_PLATFORM_HOST": platform.url,
+        "PW_API_KEY": key,
+    }
+
+
+def read_until(fd: int, needle: bytes, timeout: float) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{needle!r} never came; got {seen[-2000:]!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+def test_pw_ssh_opens_a_login_shell_in_a_pty_on_the_node_as_the_owner(
+    terminal_platform: Platform,
+    alice_worker: Worker,
+    user: User,
+    ssh_target: SshTarget,
+    tmp_path: Path,
+) -> None:
+    env = pw_env(terminal_platform, user, tmp_path / "pty")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: pw, in a pseudo-terminal of its own as a user's would be
+        os.execve(str(PW), [str(PW), "ssh", alice_worker.public_id], env)  # noqa: S606
+    try:
+        os.write(fd, b"echo ready-$((6*7))\n")
+        read_until(fd, b"ready-42", timeout=60)
+        os.write(fd, b"tty; id -un; hostname; stty size; exit 3\n")
+        output = read_until(fd, b"\n", timeout=30) + read_until(fd, b"sentinel-never", 15)
+    except AssertionError as exc:
+        output = str(exc).encode()
+    finally:
+        _, wait_status = os.waitpid(pid, 0)
+    text = output.decode(errors="replace")
+    remote = sorted(ssh_target.accounts)[0]
+    assert "/dev/pts/" in text, text
+    assert remote in text.split(), text
+    assert alice_worker.node_hostname in text, text
+    assert os.waitstatus_to_exitcode(wait_status) == 3, text
+    record = TerminalRecord.objects.get(worker_public_id=alice_worker.public_id)
+    assert (record.user_id, record.pty, record.exit_status) == (user.pk, True, 3)
+    assert record.closed_at is not None and record.command == []
+
+
+def test_pw_ssh_streams_a_command_as_it_runs_and_exits_with_its_status(
+    terminal_platform: Platform, alice_worker: Worker, user: User, tmp_path: Path
+) -> None:
+    env = pw_env(terminal_platform, user, tmp_path / "stream")
+    script = "echo a; echo oops >&2; sleep 2; echo b; exit 7"
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [str(PW), "ssh", alice_worker.public_id, "--", "sh", "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    first = process.stdout.readline()
+    a_at = time.monotonic()
+    rest = process.stdout.read()
+    b_at = time.monotonic()
+    assert process.wait(timeout=30) == 7
+    assert (first, rest) == (b"a\n", b"b\n")
+    # stderr is kept apart from stdout (srun adds its own line about the exit there).
+    assert process.stderr.read().startswith(b"oops\n")
+    # a came while the command still ran: b only ~2 s later.
+    assert b_at - a_at > 1.5, (a_at - started, b_at - started)
+
+
+def test_another_users_terminal_is_not_found_and_never_reaches_the_cluster(
+    terminal_platform: Platform,
+    alice_worker: Worker,
+    other_user: User,
+    tmp_path: Path,
+) -> None:
+    bob = pw_runner(terminal_platform, other_user, tmp_path / "bob")
+    answer = bob("ssh", alice_worker.public_id, "--", "id", "-un")
+    assert answer.returncode != 0 and "not found" in answer.stderr.lower(), answer.stderr
+    env = pw_env(terminal_platform, other_user, tmp_path / "bob-ws")
+    url = terminal_platform.url.replace("http", "ws") + (
+        f"/ws/workers/{alice_worker.public_id}/terminal/"
+    )
+    with connect(url, additional_headers={"Authorization": f"Bearer {env['PW_API_KEY']}"}) as ws:
+        refusal = json.loads(ws.recv(timeout=10))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert refusal["code"] == 4404 and closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4404
+    # Nothing was opened or recorded for bob: the refusal came before any SSH.
+    assert not TerminalRecord.objects.filter(user=other_user).exists()
+
+
+def test_terminals_are_capped_per_user_and_closed_when_idle(
+    terminal_platform: Platform, alice_worker: Worker, user: User, tmp_path: Path
+) -> None:
+    env = pw_env(terminal_platform, user, tmp_path / "cap")
+    url = terminal_platform.url.replace("http", "ws") + (
+        f"/ws/workers/{alice_worker.public_id}/terminal/"
+    )
+    headers = {"Authorization": f"Bearer {env['PW_API_KEY']}"}
+    start = json.dumps({"type": "start", "command": [], "pty": True, "cols": 80, "rows": 24})
+    with contextlib.ExitStack() as opened:
+        sockets = [
+            opened.enter_context(connect(url, additional_headers=headers)) for _ in range(4)
+        ]
+        answers = []
+        for ws in sockets:
+            ws.send(start)
+            answers.append(json.loads(ws.recv(timeout=30)))
+        assert [a["type"] for a in answers[:3]] == ["started"] * 3
+        assert answers[3]["code"] == 4429 and "at most 3" in answers[3]["message"]
+        # Left without a byte, a terminal is closed at the idle limit (4 s here), and recorded.
+        idle = sockets[0]
+        idle_since = time.monotonic()
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                idle.recv(timeout=20)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4408
+        assert 3 < time.monotonic() - idle_since < 12
+        first = answers[0]["terminal"]
+        wait_for(
+            lambda: "without input or output"
+            in TerminalRecord.objects.get(pk=first).close_reason,
+            timeout=10,
+        )
+    assert TerminalRecord.objects.filter(user=user).count() == 3

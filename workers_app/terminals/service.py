@@ -1,0 +1,159 @@
+"""Opening and closing terminals: who may, on which worker, how many, and the record of each."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from workers_app.connections import open_stream
+from workers_app.models import TerminalRecord, Worker
+from workers_app.schedulers.base import QueryFailed, SchedulerError
+from workers_app.schedulers.ssh import PtySize, SSHError, Stream
+from workers_app.statuses import WorkerStatus
+
+# WebSocket close codes (4000-4999 are the application's): the HTTP status they stand for.
+UNAUTHENTICATED = 4401
+FORBIDDEN_ORIGIN = 4403
+NOT_FOUND = 4404
+TIMED_OUT = 4408
+NOT_CONNECTED = 4409
+BAD_REQUEST = 4400
+TOO_MANY = 4429
+UNAVAILABLE = 4503
+
+MAX_ARGS = 1000
+MAX_ARGS_BYTES = 65536
+MAX_SIZE = 1000
+
+
+class TerminalRefused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """What the client asks for in its first message."""
+
+    argv: list[str]
+    pty: bool
+    cols: int
+    rows: int
+    client: str
+
+
+def _size(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIZE:
+        raise TerminalRefused(BAD_REQUEST, f"{name} must be a whole number from 1 to {MAX_SIZE}")
+    return value
+
+
+def parse_start(text: str) -> StartRequest:
+    """The first message: {"type": "start", "command": [...], "pty": bool, "cols", "rows"}."""
+    try:
+        message = json.loads(text)
+    except ValueError:
+        raise TerminalRefused(BAD_REQUEST, "the first message must be JSON") from None
+    if not isinstance(message, dict) or message.get("type") != "start":
+        raise TerminalRefused(BAD_REQUEST, 'the first message must be {"type": "start", ...}')
+    argv = message.get("command", [])
+    if (
+        not isinstance(argv, list)
+        or not all(isinstance(arg, str) and "\x00" not in arg for arg in argv)
+        or len(argv) > MAX_ARGS
+        or sum(len(arg) for arg in argv) > MAX_ARGS_BYTES
+    ):
+        raise TerminalRefused(
+            BAD_REQUEST, "command must be a list of at most 1000 strings without NULs"
+        )
+    pty = message.get("pty", not argv)
+    if not isinstance(pty, bool):
+        raise TerminalRefused(BAD_REQUEST, "pty must be true or false")
+    client = message.get("client", "")
+    return StartRequest(
+        argv=argv,
+        pty=pty,
+        cols=_size(message.get("cols", 80), "cols"),
+        rows=_size(message.get("rows", 24), "rows"),
+        client=client[:32] if isinstance(client, str) else "",
+    )
+
+
+def parse_resize(message: dict[str, Any]) -> tuple[int, int]:
+    return _size(message.get("cols"), "cols"), _size(message.get("rows"), "rows")
+
+
+def find_worker(user: AbstractBaseUser, public_id: str) -> Worker:
+    """The user's own worker, or TerminalRefused(NOT_FOUND): staff included, nobody else's."""
+    worker = (
+        Worker.objects.select_related("cluster", "account", "account__cluster")
+        .filter(public_id=public_id, owner_id=user.pk)
+        .first()
+    )
+    if worker is None:
+        raise TerminalRefused(NOT_FOUND, f"No worker {public_id}.")
+    return worker
+
+
+def open_terminal(
+    user: AbstractBaseUser, public_id: str, request: StartRequest
+) -> tuple[TerminalRecord, Stream]:
+    worker = find_worker(user, public_id)
+    if worker.status != WorkerStatus.CONNECTED or not worker.scheduler_job_id:
+        raise TerminalRefused(
+            NOT_CONNECTED,
+            f"Worker {worker.name} is {worker.status}: a terminal needs a connected worker.",
+        )
+    record = _record_opening(user, worker, request)
+    pty = PtySize(cols=request.cols, rows=request.rows) if request.pty else None
+    try:
+        stream = open_stream(worker, request.argv, pty=pty)
+    except (SSHError, SchedulerError, QueryFailed, ValueError) as exc:
+        close_terminal(record.pk, exit_status=None, reason=f"could not start: {exc}")
+        raise TerminalRefused(
+            UNAVAILABLE, f"Cannot reach worker {worker.name} on {worker.cluster.name}: {exc}"
+        ) from exc
+    return record, stream
+
+
+def _record_opening(
+    user: AbstractBaseUser, worker: Worker, request: StartRequest
+) -> TerminalRecord:
+    # A record left open by a killed server stops counting once it is older than any terminal
+    # may live, so the cap heals itself.
+    since = timezone.now() - timedelta(seconds=settings.ACTIVATE_TERMINAL_MAX_DURATION + 60)
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        open_now = TerminalRecord.objects.filter(
+            user_id=user.pk, closed_at__isnull=True, opened_at__gt=since
+        ).count()
+        if open_now >= settings.ACTIVATE_TERMINALS_PER_USER:
+            raise TerminalRefused(
+                TOO_MANY,
+                f"You already have {open_now} terminals open "
+                f"(at most {settings.ACTIVATE_TERMINALS_PER_USER}); close one first.",
+            )
+        return TerminalRecord.objects.create(
+            worker=worker,
+            worker_public_id=worker.public_id,
+            user_id=user.pk,
+            command=request.argv,
+            pty=request.pty,
+            client=request.client,
+        )
+
+
+def close_terminal(record_id: int, *, exit_status: int | None, reason: str) -> None:
+    TerminalRecord.objects.filter(pk=record_id, closed_at__isnull=True).update(
+        closed_at=timezone.now(), exit_status=exit_status, close_reason=reason[:255]
+    )
