@@ -179,9 +179,7 @@ def test_terminals_are_capped_per_user_and_closed_when_idle(
     headers = {"Authorization": f"Bearer {env['PW_API_KEY']}"}
     start = json.dumps({"type": "start", "command": [], "pty": True, "cols": 80, "rows": 24})
     with contextlib.ExitStack() as opened:
-        sockets = [
-            opened.enter_context(connect(url, additional_headers=headers)) for _ in range(4)
-        ]
+        sockets = [opened.enter_context(connect(url, additional_headers=headers)) for _ in range(4)]
         answers = []
         for ws in sockets:
             ws.send(start)
@@ -198,8 +196,7 @@ def test_terminals_are_capped_per_user_and_closed_when_idle(
         assert 3 < time.monotonic() - idle_since < 12
         first = answers[0]["terminal"]
         wait_for(
-            lambda: "without input or output"
-            in TerminalRecord.objects.get(pk=first).close_reason,
+            lambda: "without input or output" in TerminalRecord.objects.get(pk=first).close_reason,
             timeout=10,
         )
     assert TerminalRecord.objects.filter(user=user).count() == 3
