@@ -64,4 +64,9 @@ def record_heartbeat(public_id: str, secret: str) -> None:
     if not isinstance(beat, Beaten):
         raise AgentRefused(403, "forbidden")
     if beat.first_in_window:
-        Worker.objects.filter(pk=beat.worker_id).update(last_heartbeat_at=timezone.now())
+        note_seen(beat.worker_id)
+
+
+def note_seen(worker_id: int) -> None:
+    """The coarse "last seen" the database keeps (a beat's first in LAST_SEEN_GRANULARITY)."""
+    Worker.objects.filter(pk=worker_id).update(last_heartbeat_at=timezone.now())

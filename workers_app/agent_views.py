@@ -21,11 +21,12 @@ JOB_ID = re.compile(r"^[A-Za-z0-9.\-_\[\]]{0,64}$")
 WORKER_ID = re.compile(r"^[a-z0-9]{1,16}$")
 
 
-def _payload(request: HttpRequest, allowed: set[str]) -> dict[str, str]:
-    if len(request.body) > MAX_BODY:
+def parse_payload(body: bytes, allowed: set[str]) -> dict[str, str]:
+    """The allowlisted fields of an agent's JSON body; AgentRefused if it is not acceptable."""
+    if len(body) > MAX_BODY:
         raise AgentRefused(400, "request body too large")
     try:
-        data: Any = json.loads(request.body or b"{}")
+        data: Any = json.loads(body or b"{}")
     except ValueError:
         raise AgentRefused(400, "body must be JSON") from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
@@ -37,12 +38,19 @@ def _payload(request: HttpRequest, allowed: set[str]) -> dict[str, str]:
     return payload
 
 
-def _secret(request: HttpRequest) -> str:
-    header = request.headers.get("Authorization", "")
+def bearer_secret(header: str) -> str:
     scheme, _, secret = header.partition(" ")
     if scheme.lower() != "bearer" or not secret:
         raise AgentRefused(403, "missing bearer secret")
     return secret.strip()
+
+
+def _payload(request: HttpRequest, allowed: set[str]) -> dict[str, str]:
+    return parse_payload(request.body, allowed)
+
+
+def _secret(request: HttpRequest) -> str:
+    return bearer_secret(request.headers.get("Authorization", ""))
 
 
 def _refused(exc: AgentRefused) -> JsonResponse:

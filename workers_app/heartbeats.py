@@ -70,6 +70,22 @@ class AgentIdentity:
     secret_hash: str
 
 
+@dataclass(frozen=True)
+class BeatCall:
+    keys: list[str]
+    args: list[str | int]
+
+
+def beat_outcome(answer: object) -> Beaten | Beat:
+    """What BEAT_SCRIPT's answer means."""
+    if answer == 0:
+        return Beat.UNKNOWN
+    if not isinstance(answer, list) or len(answer) != 2:
+        return Beat.FORBIDDEN
+    worker_id, first = answer
+    return Beaten(int(worker_id), first == 1)
+
+
 class HeartbeatStore:
     def __init__(self, client: redis.Redis | None = None) -> None:
         self.redis = client or redis_client()
@@ -111,16 +127,16 @@ class HeartbeatStore:
 
     def beat_agent(self, public_id: str, secret_hash: str, *, seen_window: int) -> Beaten | Beat:
         """Beat for a cached agent identity whose secret hashes to ``secret_hash``."""
-        answer = _beat_script(self.redis)(
+        call = self.beat_arguments(public_id, secret_hash, seen_window=seen_window)
+        answer = _beat_script(self.redis)(keys=call.keys, args=call.args)
+        return beat_outcome(answer)
+
+    def beat_arguments(self, public_id: str, secret_hash: str, *, seen_window: int) -> BeatCall:
+        """What BEAT_SCRIPT is called with, for a client of another kind (redis.asyncio)."""
+        return BeatCall(
             keys=[f"{AGENT_PREFIX}{public_id}"],
             args=[secret_hash, PREFIX, self.ttl_ms, SEEN_PREFIX, seen_window],
         )
-        if answer == 0:
-            return Beat.UNKNOWN
-        if answer == -1:
-            return Beat.FORBIDDEN
-        worker_id, first = answer
-        return Beaten(int(worker_id), first == 1)
 
     # -- what the sweep knows about the platform's own hearing -------------------------------
 

@@ -1,0 +1,18 @@
+"""The agents' server as `scripts/start.sh agents` runs it (uvicorn): heartbeats answered by a
+lean ASGI callable, every other agent path by Django's ASGI application."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "activate.settings.dev")
+# The agents' server serves the agent endpoints only (activate/agent_server_urls.py).
+os.environ.setdefault("ACTIVATE_AGENT_SERVER", "true")
+# Django's apps load here; the heartbeat path imports models, so it comes after.
+django_application = get_asgi_application()
+
+from workers_app.agent_asgi import AgentServer  # noqa: E402
+
+application = AgentServer(django_application)

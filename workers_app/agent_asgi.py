@@ -1,0 +1,167 @@
+"""The heartbeat as a plain ASGI callable in front of Django, on the agents' own server.
+
+Heartbeats are nearly all the requests an installation serves. The WSGI stack, not Redis, was
+their ceiling (see docs/benchmarks.md), so a beat is answered here: the same checks as the view
+(allowlisted fields, size cap, the worker's own secret) and the same one Redis round trip
+(BEAT_SCRIPT), with redis.asyncio on the server's event loop. Whatever needs the database (an
+agent whose identity is not cached, the once-a-minute "last seen") goes to the services in a
+thread; every other request, and every other path, is Django's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import redis.asyncio
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections
+from django.urls import reverse
+from redis.exceptions import RedisError
+
+from workers_app import agent_service
+from workers_app.agent_service import LAST_SEEN_GRANULARITY, AgentRefused
+from workers_app.agent_views import MAX_BODY, bearer_secret, parse_payload
+from workers_app.heartbeats import BEAT_SCRIPT, Beat, Beaten, HeartbeatStore, beat_outcome
+from workers_app.models import hash_secret
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Message = Mapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OK = json.dumps({"status": "ok"}).encode()
+
+
+class QuietHeartbeats(logging.Filter):
+    """uvicorn's access log without a line per successful beat (failed ones are kept): at
+    thousands a second they would be most of the log and a share of the server's CPU."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # uvicorn.access records: (client address, method, path, HTTP version, status)
+        args = record.args
+        return not (
+            isinstance(args, tuple) and len(args) == 5 and args[2] == self.path and args[4] == 200
+        )
+
+
+def _in_database(function: Callable[..., object], *args: object) -> object:
+    # Outside Django's request cycle nobody drops a connection PostgreSQL closed: do it here.
+    close_old_connections()
+    try:
+        return function(*args)
+    finally:
+        close_old_connections()
+
+
+class AgentServer:
+    """ASGI application of `scripts/start.sh agents`: POST heartbeat here, the rest Django's."""
+
+    def __init__(self, django_application: ASGIApp) -> None:
+        self.django = django_application
+        self.path = reverse("agent-heartbeat")
+        self.redis = redis.asyncio.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5
+        )
+        self.script = self.redis.register_script(BEAT_SCRIPT)
+        # Only its key names and TTL are used: it holds a synchronous client, never called here.
+        self.store = HeartbeatStore()
+        logging.getLogger("uvicorn.access").addFilter(QuietHeartbeats(self.path))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http" and scope["path"] == self.path and scope["method"] == "POST":
+            status, body = await self._heartbeat(scope, receive)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+        else:
+            await self.django(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.redis.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _heartbeat(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+        try:
+            body = await _read_body(receive)
+            public_id = parse_payload(body, {"worker"})["worker"]
+            secret = bearer_secret(_header(scope, b"authorization"))
+            await self._beat(public_id, secret)
+        except AgentRefused as exc:
+            return exc.status, json.dumps({"error": exc.message}).encode()
+        except RedisError as exc:
+            log.warning("heartbeat not recorded, Redis did not answer: %s", exc)
+            return 503, json.dumps({"error": "heartbeat store unavailable"}).encode()
+        return 200, OK
+
+    async def _beat(self, public_id: str, secret: str) -> None:
+        call = self.store.beat_arguments(
+            public_id, hash_secret(secret), seen_window=LAST_SEEN_GRANULARITY
+        )
+        beat = beat_outcome(await self.script(keys=call.keys, args=call.args))
+        if beat is Beat.UNKNOWN:
+            # Not cached (first beat after a connect, a Redis reset): the service asks the
+            # database, refuses or caches, and beats.
+            await sync_to_async(_in_database, thread_sensitive=False)(
+                agent_service.record_heartbeat, public_id, secret
+            )
+            return
+        if not isinstance(beat, Beaten):
+            raise AgentRefused(403, "forbidden")
+        if beat.first_in_window:
+            try:
+                await sync_to_async(_in_database, thread_sensitive=False)(
+                    agent_service.note_seen, beat.worker_id
+                )
+            except DatabaseError as exc:
+                # Liveness is in Redis and was recorded; "last seen" waits for the next window.
+                log.warning("last heartbeat of worker %s not written: %s", beat.worker_id, exc)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise AgentRefused(400, "request ended early")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise AgentRefused(400, "request body too large")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return str(value.decode("latin-1"))
+    return ""
