@@ -150,6 +150,8 @@ def create(client: ApiClient, args: argparse.Namespace) -> int:
     }
     if args.name:
         body["name"] = args.name
+    if args.count is not None:
+        return create_many(client, args, body)
     # One key per invocation: a retry after a lost answer cannot make a second worker.
     worker = client.post("/workers/", body, idempotency_key=f"pw-{uuid.uuid4()}")
     if args.wait:
@@ -169,6 +171,76 @@ def create(client: ApiClient, args: argparse.Namespace) -> int:
             ) from None
     emit(sys.stdout, worker, args.output, render_worker)
     return 0
+
+
+def create_many(client: ApiClient, args: argparse.Namespace, body: dict[str, Any]) -> int:
+    """``--count N``: N workers alike in one request (and one key: a retry makes none more)."""
+    body["count"] = args.count
+    answer = client.post("/workers/", body, idempotency_key=f"pw-{uuid.uuid4()}")
+    workers: list[Worker] = answer["workers"]
+    if args.wait:
+        try:
+            workers = wait_for_all(client, workers, cluster=args.cluster)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"stopped waiting; the {len(workers)} workers are still requested"
+            ) from None
+    emit(sys.stdout, workers, args.output, render_workers)
+    return 0
+
+
+def progress_summary(workers: list[Worker]) -> str:
+    counts: dict[str, int] = {}
+    for worker in workers:
+        counts[worker["status"]] = counts.get(worker["status"], 0) + 1
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+
+
+def wait_for_all(client: ApiClient, workers: list[Worker], *, cluster: str) -> list[Worker]:
+    """Poll (one listing of the cluster's workers per round) until every one is connected; the
+    first to fail ends the wait with its reason."""
+    interval = poll_interval()
+    wanted = [w["id"] for w in workers]
+    shown = ""
+    outage_since: float | None = None
+    while True:
+        line = progress_summary(workers)
+        if line != shown:
+            print(line, file=sys.stderr, flush=True)
+            shown = line
+        for worker in workers:
+            if worker["status"] in (STOPPING, *FINISHED):
+                reason = worker.get("status_reason") or "no reason given"
+                outcome = ENDINGS.get(worker["status"], f"is {worker['status']}")
+                raise CliError(f"worker {worker['id']} {outcome}: {reason}")
+        if all(w["status"] == CONNECTED for w in workers):
+            return workers
+        time.sleep(interval)
+        try:
+            listed = {w["id"]: w for w in client.list_all("/workers/", params={"cluster": cluster})}
+            outage_since = None
+        except Unreachable as exc:
+            now = time.monotonic()
+            if outage_since is None:
+                outage_since = now
+                print(f"{exc}; still trying", file=sys.stderr, flush=True)
+            elif now - outage_since > WAIT_OUTAGE_SECONDS:
+                raise
+            continue
+        gone = [worker_id for worker_id in wanted if worker_id not in listed]
+        if gone:
+            raise CliError(f"worker {gone[0]} ended and is no longer listed")
+        workers = [listed[worker_id] for worker_id in wanted]
+
+
+def positive_count(raw: str) -> int:
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1, not {raw!r}")
+    return count
 
 
 def list_workers(client: ApiClient, args: argparse.Namespace) -> int:
@@ -228,7 +300,14 @@ def add_parser(
         help="a scheduling field, e.g. walltime=04:00:00 (repeatable)",
     )
     p.add_argument("--name", default="", help="default: ENV-ID")
-    p.add_argument("--wait", action="store_true", help="wait until it is connected")
+    p.add_argument(
+        "--count",
+        "-n",
+        type=positive_count,
+        metavar="N",
+        help="request N workers alike at once (named NAME-1 ... NAME-N when --name is given)",
+    )
+    p.add_argument("--wait", action="store_true", help="wait until it is (they are) connected")
     p.set_defaults(run=create)
 
     p = sub.add_parser("ls", help="list your workers", parents=[common, output])
