@@ -10,6 +10,7 @@ from django import forms
 
 from workers_app.models import Cluster, Environment, EnvironmentField, FieldKind, Reachability
 from workers_app.params import ParameterError
+from workers_app.services import BULK_MAX
 
 NAME_MAX = 128
 PARAM_PREFIX = "param_"
@@ -109,6 +110,15 @@ class RequestWorkerForm(forms.Form):
         max_length=NAME_MAX,
         help_text="Optional; shown in lists. Left empty, the environment's name and an id.",
         widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
+    count = forms.IntegerField(
+        label="How many",
+        min_value=1,
+        max_value=BULK_MAX,
+        initial=1,
+        required=False,
+        help_text="Workers alike, requested together; with a name they are NAME-1, NAME-2, ...",
+        widget=forms.NumberInput(attrs={"min": 1, "max": BULK_MAX, "inputmode": "numeric"}),
     )
 
     def __init__(

@@ -145,18 +145,25 @@ def request_worker(request: HttpRequest) -> HttpResponse:
     form = RequestWorkerForm(request.POST, groups=groups, selected=selected)
     if form.is_valid() and form.selected is not None:
         env = form.selected
+        count = form.cleaned_data["count"] or 1
+        asked = {
+            "owner": _user(request),
+            "cluster": env.cluster.name,
+            "environment": env.name,
+            "params": form.params(),
+            "name": form.cleaned_data["name"],
+        }
         try:
-            worker = services.request_worker(
-                owner=_user(request),
-                cluster=env.cluster.name,
-                environment=env.name,
-                params=form.params(),
-                name=form.cleaned_data["name"],
-            )
+            if count == 1:
+                worker = services.request_worker(**asked)
+                done = f"Worker {worker.name} requested."
+            else:
+                services.request_workers(**asked, count=count)
+                done = f"{count} workers requested."
         except ParameterError as exc:
             form.add_parameter_error(exc)
         else:
-            messages.success(request, f"Worker {worker.name} requested.")
+            messages.success(request, done)
             return navigate(request, reverse("pages:workers"))
     return _render_request(request, form)
 
