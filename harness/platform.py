@@ -111,6 +111,8 @@ class Platform:
                 "PYTHON": sys.executable,
             }
         )
+        if self.agent_host != "127.0.0.1":
+            environ["ACTIVATE_ALLOWED_HOSTS"] = f"127.0.0.1,localhost,{self.agent_host}"
         return environ
 
     # -- starting ---------------------------------------------------------------------------

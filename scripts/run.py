@@ -1,8 +1,8 @@
 """`make run`: the whole platform on the embedded defaults, in one terminal.
 
 Migrates, makes sure an operator account exists, then runs the web server, the agents' server,
-a Celery worker and Celery beat through scripts/start.sh. Ctrl-C (or any one process dying)
-stops all of it.
+a Celery worker, Celery beat and the relays' keeper (run_relays) through scripts/start.sh.
+Ctrl-C (or any one process dying) stops all of it.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main() -> int:
     env = agents_environment(dict(os.environ))
     processes = [
         subprocess.Popen(["bash", "scripts/start.sh", role], cwd=REPO, env=env)
-        for role in ("web", "agents", "worker", "beat")
+        for role in ("web", "agents", "worker", "beat", "relays")
     ]
     url = env.get("ACTIVATE_PUBLIC_URL", "http://127.0.0.1:8000")
     print(

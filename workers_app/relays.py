@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
@@ -156,11 +157,16 @@ def _note(cluster_id: int, **fields: object) -> None:
     AgentRelay.objects.filter(cluster_id=cluster_id).update(**fields)
 
 
-def note_started(cluster_id: int, holder: str) -> None:
+def note_started(cluster_id: int, holder: str) -> str:
+    """A supervisor took the cluster's lease; returns the state the previous one left."""
     relay, _ = AgentRelay.objects.get_or_create(cluster_id=cluster_id)
     AgentRelay.objects.filter(pk=relay.pk).update(
-        holder=holder, checked_at=timezone.now(), updated_at=timezone.now()
+        state=RelayState.STARTING,
+        holder=holder,
+        checked_at=timezone.now(),
+        updated_at=timezone.now(),
     )
+    return relay.state
 
 
 def stop_unwanted_relays() -> int:
@@ -199,6 +205,9 @@ def tunnel_for(cluster: Cluster, address: str) -> RelayTunnel:
     return RelayTunnel(
         ssh,
         upstream=upstream_address(),
+        # Relayed requests name the agents' server as job scripts of direct clusters do, so the
+        # platform's allowed hosts need no login host's name.
+        upstream_host=urlsplit(settings.ACTIVATE_AGENT_URL).netloc,
         source=relay_source(),
         tag=relay_tag(cluster),
         bind_host=cluster.relay_host,
@@ -225,7 +234,8 @@ class RelayKeeper:
         )
 
     def start(self) -> None:
-        note_started(self.cluster_id, self.holder)
+        # Taken over from a supervisor that had it running: setting it up again is a repair.
+        self.was_up = note_started(self.cluster_id, self.holder) in (RelayState.UP, RelayState.DOWN)
         self._thread.start()
 
     def is_alive(self) -> bool:
@@ -319,18 +329,10 @@ class RelayKeeper:
             "checked_at": now,
             "updated_at": now,
         }
-        if self.was_up or self._stored_state() in (RelayState.DOWN, RelayState.UP):
+        if self.was_up:
             fields["repairs"] = F("repairs") + 1
         self.was_up = True
         _note(self.cluster_id, **fields)
-
-    def _stored_state(self) -> str:
-        return (
-            AgentRelay.objects.filter(cluster_id=self.cluster_id)
-            .values_list("state", flat=True)
-            .first()
-            or ""
-        )
 
     def _close(self) -> None:
         tunnel, self.tunnel = self.tunnel, None

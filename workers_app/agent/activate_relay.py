@@ -4,12 +4,13 @@ the platform. Agents call it; it passes each agent request to a port on the logi
 loopback that the platform's SSH connection forwards back to the platform's agents' server.
 
 Standard library only, Python 3.6+, like the agent. Started by the platform over SSH as
-``python3 -c BOOT activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT``, its source sent on
+``python3 -c BOOT activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT HOST``, its source sent on
 stdin; it then keeps reading stdin and exits when that closes, so it never outlives the SSH
 session that started it. Once listening it prints ``READY <port> <hostname>`` on stdout.
 
 Only the agent endpoints pass (``/agent/``, GET or POST, one request per connection, a small
-body); anything else is answered 403 here and never reaches the platform.
+body); anything else is answered 403 here and never reaches the platform. Each request's Host
+header becomes HOST, the agents' server's own name, which the platform accepts.
 """
 
 import errno
@@ -28,7 +29,7 @@ MAX_BODY = 65536
 MAX_CONNECTIONS = 256
 IO_TIMEOUT = 15.0
 # Hop-by-hop headers: the relay decides how the connection ends (one request, then close).
-DROPPED_HEADERS = ("connection", "keep-alive", "proxy-connection", "upgrade", "te")
+DROPPED_HEADERS = ("connection", "keep-alive", "proxy-connection", "upgrade", "te", "host")
 
 
 class Refusal(Exception):
@@ -68,7 +69,7 @@ def read_head(client: socket.socket) -> tuple:
     return head, rest
 
 
-def checked_request(head: bytes) -> tuple:
+def checked_request(head: bytes, host: str) -> tuple:
     """The request line and headers to send on, or Refusal when it is not an agent call."""
     try:
         lines = head.decode("ascii").split("\r\n")
@@ -101,7 +102,8 @@ def checked_request(head: bytes) -> tuple:
             continue
         headers.append(line)
     request_line = "%s %s %s" % (method, target, version)
-    out = "\r\n".join([request_line, *headers, "Connection: close"]) + "\r\n\r\n"
+    headers += ["Host: " + host, "Connection: close"]
+    out = "\r\n".join([request_line, *headers]) + "\r\n\r\n"
     return out.encode("ascii"), length
 
 
@@ -115,11 +117,11 @@ def read_body(client: socket.socket, already: bytes, length: int) -> bytes:
     return body
 
 
-def relay_one(client: socket.socket, forwarded_port: int) -> None:
+def relay_one(client: socket.socket, forwarded_port: int, host: str) -> None:
     try:
         client.settimeout(IO_TIMEOUT)
         head, rest = read_head(client)
-        request, length = checked_request(head)
+        request, length = checked_request(head, host)
         body = read_body(client, rest, length)
     except Refusal as refusal:
         answer(client, refusal)
@@ -145,9 +147,11 @@ def relay_one(client: socket.socket, forwarded_port: int) -> None:
         upstream.close()
 
 
-def serve_connection(client: socket.socket, forwarded_port: int, slots: threading.Semaphore):
+def serve_connection(
+    client: socket.socket, forwarded_port: int, host: str, slots: threading.Semaphore
+) -> None:
     try:
-        relay_one(client, forwarded_port)
+        relay_one(client, forwarded_port, host)
     finally:
         try:
             client.close()
@@ -235,10 +239,11 @@ def forget_pidfile(path: str) -> None:
 
 
 def main(argv: list) -> int:
-    if len(argv) != 5 or argv[0] != "activate-relay":
-        log("usage: activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT")
+    if len(argv) != 6 or argv[0] != "activate-relay":
+        log("usage: activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT HOST")
         return 2
     tag, bind_host, bind_port, forwarded_port = argv[1], argv[2], int(argv[3]), int(argv[4])
+    host = argv[5]
     pidfile = replace_previous(tag)
 
     def stop(*_: object) -> None:
@@ -268,7 +273,7 @@ def main(argv: list) -> int:
             client.close()
             continue
         threading.Thread(
-            target=serve_connection, args=(client, forwarded_port, slots), daemon=True
+            target=serve_connection, args=(client, forwarded_port, host, slots), daemon=True
         ).start()
 
 

@@ -57,6 +57,7 @@ class RelayTunnel:
         connection: SSHConnection,
         *,
         upstream: tuple[str, int],
+        upstream_host: str,
         source: str,
         tag: str,
         bind_host: str,
@@ -65,6 +66,7 @@ class RelayTunnel:
     ) -> None:
         self.connection = connection
         self.upstream = upstream
+        self.upstream_host = upstream_host
         self.source = source
         self.tag = tag
         self.bind_host = bind_host
@@ -103,7 +105,8 @@ class RelayTunnel:
         channel = transport.open_session(timeout=self.timeout)
         self._channel = channel
         argv = ["python3", "-c", BOOT, "activate-relay", self.tag, self.bind_host]
-        channel.exec_command(shlex.join([*argv, str(self.bind_port), str(forwarded)]))
+        argv += [str(self.bind_port), str(forwarded), self.upstream_host]
+        channel.exec_command(shlex.join(argv))
         source = self.source.encode()
         channel.sendall(f"{len(source)}\n".encode() + source)
         line = self._first_line(channel, time.monotonic() + self.timeout)
