@@ -17,6 +17,7 @@ from workers_app.models import (
     ClusterAccount,
     Environment,
     EnvironmentField,
+    TerminalRecord,
     Worker,
     WorkerCommand,
     WorkerEvent,
@@ -114,6 +115,39 @@ class WorkerCommandAdmin(admin.ModelAdmin):
     list_filter = ["started_at"]
     search_fields = ["user__username", "worker__public_id"]
     raw_id_fields = ["worker", "user"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(TerminalRecord)
+class TerminalRecordAdmin(admin.ModelAdmin):
+    list_display = [
+        "opened_at",
+        "user",
+        "worker_public_id",
+        "kind",
+        "client",
+        "open_for",
+        "exit_status",
+        "close_reason",
+    ]
+    list_filter = ["opened_at", "pty", "client"]
+    search_fields = ["user__username", "worker_public_id"]
+    raw_id_fields = ["worker", "user"]
+
+    @admin.display(description="what")
+    def kind(self, record: TerminalRecord) -> str:
+        shell = "shell" if not record.command else " ".join(record.command)[:60]
+        return f"{shell} (terminal)" if record.pty else shell
+
+    @admin.display(description="open for")
+    def open_for(self, record: TerminalRecord) -> str:
+        duration = record.duration
+        return "still open" if duration is None else str(duration).split(".")[0]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

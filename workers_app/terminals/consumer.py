@@ -52,11 +52,11 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.tasks: list[asyncio.Task[None]] = []
         await self.accept()
         user = self.scope.get("user")
-        if self.scope.get("origin_refused"):
-            await self.refuse(FORBIDDEN_ORIGIN, "This page's origin may not open terminals.")
-            return
         if user is None or not user.is_authenticated:
             await self.refuse(UNAUTHENTICATED, "Log in, or send an API key.")
+            return
+        if self.scope.get("origin_refused"):
+            await self.refuse(FORBIDDEN_ORIGIN, "This page's origin may not open terminals.")
             return
         self.user = user
         self.public_id = str(self.scope["url_route"]["kwargs"]["public_id"])

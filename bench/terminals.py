@@ -1,0 +1,316 @@
+"""Terminals: heartbeats and the API while 50 terminals stay open, against the same without them.
+
+One real worker on the test Slurm (connected through its agent); 50 terminals opened on it
+through the web server's WebSocket, each a PTY inside the job (`srun --overlap --pty`) printing a
+line a second, read by the client. Meanwhile agents beat the agents' server at a fixed rate and
+one client lists workers at 20 requests a second. Rounds alternate without and with terminals,
+so drift of a noisy machine falls on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from websockets.sync.client import ClientConnection, connect
+
+from bench.report import Goal, Outcome, Table, millis, percentile
+from harness import HarnessError
+from harness.cluster import SshTarget
+from harness.objects import (
+    RUN_ENVIRONMENT,
+    end_run,
+    job_name,
+    run_user,
+    start_afresh,
+)
+from harness.platform import NO_RECONCILE, PRODUCTION_KNOBS, Platform
+from harness.waiting import wait_for
+
+NAME = "terminals"
+TICKER = ["sh", "-c", "while true; do date; sleep 1; done"]
+API_RATE = 20.0
+FAKE_JOB_IDS = 9_000_000
+BEATERS = 8
+
+
+@dataclass
+class Round:
+    terminals: int
+    beat_latencies: list[float]
+    beat_errors: int
+    api_latencies: list[float]
+    api_errors: int
+
+    @property
+    def beat_p99(self) -> float:
+        return percentile(self.beat_latencies, 99)
+
+    @property
+    def api_p95(self) -> float:
+        return percentile(self.api_latencies, 95)
+
+
+def _agents(count: int, url: str) -> list[tuple[str, str]]:
+    """Connected workers with real secrets, made the way a job's agent gets there."""
+    from workers_app import lifecycle
+    from workers_app.models import Cluster, Worker, new_agent_secret
+    from workers_app.statuses import WorkerStatus
+
+    cluster = Cluster.objects.get(name="bench-slurm")
+    agents = []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for i in range(count):
+            secret, secret_hash = new_agent_secret()
+            worker = Worker.objects.create(
+                name=f"bench-term-hb-{i}",
+                owner=run_user(),
+                cluster=cluster,
+                agent_secret_hash=secret_hash,
+            )
+            if not lifecycle.mark_submitted(worker, job_id=str(FAKE_JOB_IDS + i)):
+                raise HarnessError("could not mark a benchmark worker submitted")
+            answer = client.post(
+                "/agent/v1/connect",
+                json={
+                    "worker": worker.public_id,
+                    "hostname": "bench-node",
+                    "job_id": str(FAKE_JOB_IDS + i),
+                },
+                headers={"Authorization": f"Bearer {secret}"},
+            )
+            worker.refresh_from_db()
+            if answer.status_code != 200 or worker.status != WorkerStatus.CONNECTED:
+                raise HarnessError(f"connect answered {answer.status_code}: {answer.text[:200]}")
+            agents.append((worker.public_id, secret))
+    return agents
+
+
+def _paced(rate: float, duration: float, act: Callable[[], None]) -> None:
+    start = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - start < duration:
+        due = start + sent / rate
+        time.sleep(max(0.0, due - time.perf_counter()))
+        act()
+        sent += 1
+
+
+def _measure(
+    platform: Platform, key: str, agents: list[tuple[str, str]], beat_rate: float, duration: float
+) -> tuple[list[float], int, list[float], int]:
+    beats: list[float] = []
+    api: list[float] = []
+    errors = {"beat": 0, "api": 0}
+    lock = threading.Lock()
+
+    def beater(index: int) -> None:
+        mine = agents[index::BEATERS]
+        turn = 0
+        with httpx.Client(base_url=platform.agent_url, timeout=30) as client:
+
+            def beat() -> None:
+                nonlocal turn
+                public_id, secret = mine[turn % len(mine)]
+                turn += 1
+                started = time.perf_counter()
+                answer = client.post(
+                    "/agent/v1/heartbeat",
+                    json={"worker": public_id},
+                    headers={"Authorization": f"Bearer {secret}"},
+                )
+                took = time.perf_counter() - started
+                with lock:
+                    beats.append(took)
+                    errors["beat"] += answer.status_code != 200
+
+            _paced(beat_rate / BEATERS, duration, beat)
+
+    def lister() -> None:
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=platform.url, headers=headers, timeout=30) as client:
+
+            def listing() -> None:
+                started = time.perf_counter()
+                answer = client.get("/api/workers/")
+                took = time.perf_counter() - started
+                api.append(took)
+                errors["api"] += answer.status_code != 200
+
+            _paced(API_RATE, duration, listing)
+
+    with ThreadPoolExecutor(BEATERS + 1) as pool:
+        jobs = [pool.submit(beater, i) for i in range(BEATERS)] + [pool.submit(lister)]
+        for job in jobs:
+            job.result()
+    return beats, errors["beat"], api, errors["api"]
+
+
+class Terminals:
+    """Open terminals, each drained by a thread of its own, as a browser tab would."""
+
+    def __init__(self, platform: Platform, key: str, public_id: str) -> None:
+        self.url = platform.url.replace("http", "ws", 1) + f"/ws/workers/{public_id}/terminal/"
+        self.headers = {"Authorization": f"Bearer {key}"}
+        self.sockets: list[ClientConnection] = []
+        self.lines = 0
+
+    def open(self, count: int) -> float:
+        started = time.perf_counter()
+        start = {"type": "start", "command": TICKER, "pty": True, "cols": 100, "rows": 30}
+        for _ in range(count):
+            socket = connect(self.url, additional_headers=self.headers)
+            socket.send(json.dumps(start))
+            answer = json.loads(socket.recv(timeout=60))
+            if answer.get("type") != "started":
+                raise HarnessError(f"a terminal did not start: {answer}")
+            self.sockets.append(socket)
+            threading.Thread(target=self._drain, args=(socket,), daemon=True).start()
+        return time.perf_counter() - started
+
+    def _drain(self, socket: ClientConnection) -> None:
+        try:
+            for message in socket:
+                if isinstance(message, bytes):
+                    self.lines += message.count(b"\n")
+        except Exception:  # the bench closes them; whatever ends the loop is fine
+            return
+
+    def close(self) -> None:
+        for socket in self.sockets:
+            socket.close()
+        self.sockets.clear()
+
+
+def run(
+    target: SshTarget,
+    *,
+    terminals: int = 50,
+    beat_rate: float = 300,
+    duration: float = 10,
+    rounds: int = 2,
+) -> Outcome:
+    from workers_app.models import ApiKey, Worker
+    from workers_app.statuses import WorkerStatus
+
+    start_afresh(target)
+    owner = run_user()
+    _, key = ApiKey.issue(owner, name="bench-terminals")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-terminals-"))
+    knobs = {
+        **PRODUCTION_KNOBS,
+        **NO_RECONCILE,
+        "ACTIVATE_TERMINALS_PER_USER": str(terminals + 10),
+    }
+    platform = Platform(workdir=workdir, knobs=knobs)
+    results: list[Round] = []
+    names: list[str] = []
+    opened = 0.0
+    try:
+        platform.start_deployed_web(workers=2, threads=4)
+        platform.start_agents()
+        platform.start_worker()
+        with platform.api(key) as api:
+            answer = api.post(
+                "/api/workers/", json={"cluster": "bench-slurm", "environment": RUN_ENVIRONMENT}
+            )
+        if answer.status_code != 201:
+            raise HarnessError(f"worker request answered {answer.status_code}: {answer.text}")
+        worker = Worker.objects.get(public_id=answer.json()["id"])
+        names.append(job_name(worker.public_id))
+
+        def is_connected() -> bool:
+            worker.refresh_from_db()
+            if worker.status in {WorkerStatus.ERROR, WorkerStatus.STOPPED}:
+                raise HarnessError(f"the worker ended: {worker.status_reason}")
+            return worker.status == WorkerStatus.CONNECTED
+
+        wait_for(is_connected, timeout=120)
+        agents = _agents(200, platform.agent_url)
+        _measure(platform, key, agents, beat_rate, 3)  # warm-up
+        shells = Terminals(platform, key, worker.public_id)
+        for number in range(rounds):
+            for count in (0, terminals):
+                if count:
+                    opened = shells.open(count)
+                    time.sleep(2)
+                measured = _measure(platform, key, agents, beat_rate, duration)
+                results.append(Round(count, *measured))
+                print(
+                    f"  terminals: round {number + 1}, {count} open: beat p99 "
+                    f"{results[-1].beat_p99 * 1000:.1f} ms, API p95 "
+                    f"{results[-1].api_p95 * 1000:.1f} ms",
+                    flush=True,
+                )
+                if count:
+                    shells.close()
+                    time.sleep(2)
+        lines = shells.lines
+    finally:
+        end_run(platform, target, names)
+        ApiKey.objects.filter(user=owner).delete()
+    return _outcome(results, terminals, beat_rate, duration, opened, lines)
+
+
+def _outcome(
+    results: list[Round],
+    terminals: int,
+    beat_rate: float,
+    duration: float,
+    opened: float,
+    lines: int,
+) -> Outcome:
+    table = Table(
+        f"Terminals: heartbeats and API with {terminals} terminals open vs none",
+        ["round", "terminals", "beats", "beat p50", "beat p99", "API p50", "API p95", "errors"],
+        align="lrrrrrrr",
+    )
+    for index, r in enumerate(results):
+        table.add(
+            index // 2 + 1,
+            r.terminals,
+            len(r.beat_latencies),
+            millis(percentile(r.beat_latencies, 50)),
+            millis(r.beat_p99),
+            millis(percentile(r.api_latencies, 50)),
+            millis(r.api_p95),
+            r.beat_errors + r.api_errors,
+        )
+    without = [r for r in results if not r.terminals]
+    loaded = [r for r in results if r.terminals]
+    beat_without = statistics.median(r.beat_p99 for r in without)
+    beat_with = statistics.median(r.beat_p99 for r in loaded)
+    api_without = statistics.median(r.api_p95 for r in without)
+    api_with = statistics.median(r.api_p95 for r in loaded)
+    table.notes += [
+        f"each round {duration:g} s: {beat_rate:g} beats/s from {BEATERS} client threads over "
+        f"200 agents with real secrets to the agents' server, and GET /api/workers/ at "
+        f"{API_RATE:g}/s to the web server (scripts/start.sh web, production settings).",
+        f"terminals: PTYs in one real job (`srun --overlap --pty`), each printing a line a "
+        f"second; {terminals} opened in {opened:.1f} s, {lines:,} lines read in all.",
+        "machine: 2 cores of a shared VM; the load generator runs on the same cores.",
+    ]
+    errors = sum(r.beat_errors + r.api_errors for r in results)
+    goals = [
+        Goal(
+            NAME,
+            f"heartbeat p99 with {terminals} terminals within 20% of without",
+            f"{millis(beat_with)} vs {millis(beat_without)} (median of rounds)",
+            beat_with <= 1.2 * beat_without and errors == 0,
+        ),
+        Goal(
+            NAME,
+            f"API p95 with {terminals} terminals within 20% of without",
+            f"{millis(api_with)} vs {millis(api_without)} (median of rounds)",
+            api_with <= 1.2 * api_without and errors == 0,
+        ),
+    ]
+    return Outcome(tables=[table], goals=goals)
