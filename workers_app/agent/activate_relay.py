@@ -66,6 +66,8 @@ def read_head(client: socket.socket) -> tuple:
             raise Refusal(400, "Bad Request", "incomplete request")
         data += chunk
     head, _, rest = data.partition(b"\r\n\r\n")
+    if len(head) > MAX_HEAD:
+        raise Refusal(431, "Request Header Fields Too Large", "request head too large")
     return head, rest
 
 
