@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from bench import api, detection, heartbeats, polling, submission
+from bench import api, detection, heartbeats, polling, submission, terminals
 from bench.report import Outcome, goals_table
 from harness.cluster import SshTarget
 from harness.runner import Conclusion, Suite, run
@@ -28,7 +28,7 @@ def _ints(text: str) -> tuple[int, ...]:
 class Benchmarks(Suite[Outcome]):
     name = "bench"
     record_title = "Recorded run"
-    names = ("polling", "submission", "heartbeats", "api", "detection")
+    names = ("polling", "submission", "heartbeats", "api", "detection", "terminals")
     doc = __doc__ or ""
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -51,22 +51,32 @@ class Benchmarks(Suite[Outcome]):
         group.add_argument("--submit-count", type=int, default=200)
         group.add_argument("--celery-concurrency", type=int, default=4)
         group.add_argument("--post-concurrency", type=int, default=8)
+        group.add_argument(
+            "--post-rate", type=float, default=20, help="single POSTs per second, for latency"
+        )
+        group.add_argument("--post-count", type=int, default=200)
         group = parser.add_argument_group("heartbeats")
-        group.add_argument("--agents", type=_ints, default=(50, 200))
-        group.add_argument("--beat-rate", type=float, default=2000)
-        group.add_argument("--beat-duration", type=float, default=10)
+        group.add_argument("--agents", type=int, default=200, help="connected agents beating")
+        group.add_argument("--beat-connections", type=int, default=50)
+        group.add_argument("--beat-duration", type=float, default=12, help="seconds per round")
+        group.add_argument("--beat-rounds", type=int, default=2)
         group.add_argument(
-            "--web-workers", type=int, default=int(os.environ.get("ACTIVATE_WEB_WORKERS", "2"))
+            "--server-workers",
+            type=int,
+            default=int(os.environ.get("ACTIVATE_AGENT_WORKERS", "2")),
+            help="processes of each server compared",
         )
-        group.add_argument(
-            "--web-threads", type=int, default=int(os.environ.get("ACTIVATE_WEB_THREADS", "4"))
-        )
-        group.add_argument("--load-processes", type=int, default=2)
+        group.add_argument("--django-threads", type=int, default=4)
+        group.add_argument("--wrk-threads", type=int, default=2)
         group = parser.add_argument_group("api")
         group.add_argument("--api-workers", type=int, default=10_000)
         group.add_argument("--api-requests", type=int, default=200)
         group = parser.add_argument_group("detection")
         group.add_argument("--detect-workers", type=int, default=5)
+        group = parser.add_argument_group("terminals")
+        group.add_argument("--terminals", type=int, default=50)
+        group.add_argument("--terminal-beat-rate", type=float, default=300)
+        group.add_argument("--terminal-rounds", type=int, default=2)
 
     def runners(self, args: argparse.Namespace) -> dict[str, Callable[[SshTarget], Outcome]]:
         return {
@@ -82,18 +92,27 @@ class Benchmarks(Suite[Outcome]):
                 count=args.submit_count,
                 celery_concurrency=args.celery_concurrency,
                 post_concurrency=args.post_concurrency,
+                post_rate=args.post_rate,
+                post_count=args.post_count,
             ),
             "heartbeats": lambda t: heartbeats.run(
                 t,
-                agent_counts=args.agents,
-                goal_rate=args.beat_rate,
+                agent_count=args.agents,
+                connections=args.beat_connections,
                 duration=args.beat_duration,
-                web_workers=args.web_workers,
-                web_threads=args.web_threads,
-                load_processes=args.load_processes,
+                rounds=args.beat_rounds,
+                server_workers=args.server_workers,
+                django_threads=args.django_threads,
+                wrk_threads=args.wrk_threads,
             ),
             "api": lambda t: api.run(t, workers=args.api_workers, requests=args.api_requests),
             "detection": lambda t: detection.run(t, workers=args.detect_workers),
+            "terminals": lambda t: terminals.run(
+                t,
+                terminals=args.terminals,
+                beat_rate=args.terminal_beat_rate,
+                rounds=args.terminal_rounds,
+            ),
         }
 
     def could_not_run(self, name: str, exc: Exception) -> Outcome | None:

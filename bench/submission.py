@@ -1,7 +1,8 @@
 """Submission: 200 workers through the running platform against sbatch loops.
 
-The platform side is real processes (gunicorn, a Celery worker, beat): the clock starts at the
-first POST /api/workers/ and stops when the last of the workers' jobs is seen in squeue. The
+The platform side is real processes (web server, a Celery worker, beat): the clock starts at
+one bulk POST /api/workers/ asking for all of them and stops when the last of the workers' jobs
+is seen in squeue. Then single requests at a steady rate, for their latency. The
 alternatives submit the same job script: through a new `ssh host sbatch` each time (the usual
 portal way), and with local sbatch as the cluster account (the limit). Jobs are held, so 200 of
 them do not swamp the node, and every job is cancelled at the end.
@@ -14,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -173,13 +175,17 @@ class SubmitCost:
     find_job: float
     sbatch: float
     submit_worker: float
+    batch_size: int = 0
+    batch_per_job: float = 0.0
+    batch_commands: int = 0
 
 
-def _submit_cost(target: SshTarget, tag: str, count: int) -> SubmitCost:
-    """In-process, over the kept connection: the name lookup, sbatch, and a whole submission."""
+def _submit_cost(target: SshTarget, tag: str, count: int, batch_size: int) -> SubmitCost:
+    """In-process, over the kept connection: the name lookup, sbatch, a whole submission, and a
+    batch of workers submitted together."""
     from workers_app.connections import adapter_for
-    from workers_app.jobs import submit_worker
-    from workers_app.models import Cluster, Environment
+    from workers_app.jobs import submit_worker, submit_workers
+    from workers_app.models import Cluster, Environment, Worker
     from workers_app.schedulers.ssh import commands_run_total
 
     cluster = Cluster.objects.get(name=CLUSTER_NAME)
@@ -215,17 +221,44 @@ def _submit_cost(target: SshTarget, tag: str, count: int) -> SubmitCost:
         for worker in workers:
             worker.refresh_from_db()
             ids.append(worker.scheduler_job_id)
+        batch = [_held_worker(environment, f"{tag}-b{i}", type(adapter)) for i in range(batch_size)]
+        Worker.objects.bulk_create(batch)
+        before = commands_run_total()
+        started = time.perf_counter()
+        outcomes = submit_workers([worker.pk for worker in batch])
+        batch_time = time.perf_counter() - started
+        batch_commands = commands_run_total() - before
+        for worker in batch:
+            worker.refresh_from_db()
+            ids.append(worker.scheduler_job_id)
+        if not all(o.startswith("submitted") for o in outcomes.values()):
+            raise HarnessError(f"in-process batch submission failed: {set(outcomes.values())}")
     finally:
-        target.cancel_ids(ids)
+        target.cancel_ids([job_id for job_id in ids if job_id])
         forget_workers()
-    return SubmitCost(empty, commands, find_job, sbatch, whole)
+    return SubmitCost(
+        empty,
+        commands,
+        find_job,
+        sbatch,
+        whole,
+        batch_size,
+        batch_time / batch_size,
+        batch_commands,
+    )
 
 
 def _platform(
-    target: SshTarget, count: int, *, celery_concurrency: int, post_concurrency: int
+    target: SshTarget,
+    count: int,
+    *,
+    celery_concurrency: int,
+    post_concurrency: int,
+    post_rate: float,
+    post_count: int,
 ) -> tuple[Way, list[float]]:
     from workers_app.models import ApiKey, Worker
-    from workers_app.statuses import WorkerStatus
+    from workers_app.statuses import FINISHED, WorkerStatus
 
     user = run_user()
     _, key = ApiKey.issue(user, name="bench")
@@ -252,6 +285,14 @@ def _platform(
             raise HarnessError(f"POST /api/workers/ answered {response.status_code}")
         return response.json()["id"], time.perf_counter() - started
 
+    def delete_all() -> None:
+        public_ids = list(
+            Worker.objects.exclude(status__in=FINISHED).values_list("public_id", flat=True)
+        )
+        with platform.api(key) as api, ThreadPoolExecutor(post_concurrency) as pool:
+            list(pool.map(lambda p: api.delete(f"/api/workers/{p}/"), public_ids))
+        _wait_all_finished(timeout=180)
+
     try:
         platform.start_deployed_web(workers=2, threads=4)
         platform.start_worker()
@@ -262,18 +303,16 @@ def _platform(
         wait_until(
             lambda: not Worker.objects.filter(status=WorkerStatus.PENDING).exists(), timeout=120
         )
-        warm = list(Worker.objects.values_list("public_id", flat=True))
-        with platform.api(key) as api:
-            for public_id in warm:
-                api.delete(f"/api/workers/{public_id}/")
-        _wait_all_finished(timeout=120)
+        delete_all()
 
         connections = sshd_connections()
-        with SqueueWatcher(target) as watcher, ThreadPoolExecutor(post_concurrency) as pool:
+        with SqueueWatcher(target) as watcher, platform.api(key) as api:
             started = time.monotonic()
-            answers = list(pool.map(post, range(count)))
+            answer = api.post("/api/workers/", json={**body, "count": count})
             posted = time.monotonic() - started
-            names = {job_name(public_id) for public_id, _ in answers}
+            if answer.status_code != 201:
+                raise HarnessError(f"bulk POST /api/workers/ answered {answer.status_code}")
+            names = {job_name(w["id"]) for w in answer.json()["workers"]}
             if not wait_until(lambda: names <= watcher.first_seen.keys(), timeout=300):
                 missing = len(names - watcher.first_seen.keys())
                 raise HarnessError(f"{missing} of {count} jobs never showed in squeue")
@@ -283,17 +322,17 @@ def _platform(
         counts = _job_counts(target, names)
         duplicated = sum(1 for n in counts.values() if n > 1)
         way = Way(
-            "platform: POST /api/workers/ -> Celery -> kept SSH",
+            "platform: one bulk POST /api/workers/ -> one Celery task -> kept SSH, batched",
             count,
             elapsed,
             opened,
             "",
             notes=[
-                f"POSTs: {count} from {post_concurrency} client threads took {seconds(posted)}",
-                f"web: gunicorn as scripts/start.sh web runs it (2 workers x 4 threads, "
-                f"production settings); Celery worker concurrency {celery_concurrency}; "
-                f"{2 * celery_concurrency} warm-up workers submitted first so each Celery "
-                "process has its kept SSH connection open, as in steady state",
+                f"the bulk POST (count={count}) answered in {seconds(posted)}",
+                f"web: as scripts/start.sh web runs it (production settings); Celery worker "
+                f"concurrency {celery_concurrency}; {2 * celery_concurrency} warm-up workers "
+                "submitted first so each Celery process has its kept SSH connection open, "
+                "as in steady state",
                 "new SSH connections: counted in the test sshd's log over each way's run",
                 f"the end is seen by polling squeue every {watcher.interval:g} s "
                 f"(median scan {millis(scan)}): up to that much late",
@@ -301,11 +340,9 @@ def _platform(
                 f"missing {sum(1 for n in counts.values() if n == 0)}",
             ],
         )
-        latencies = [latency for _, latency in answers]
-        public_ids = [public_id for public_id, _ in answers]
-        with platform.api(key) as api, ThreadPoolExecutor(post_concurrency) as pool:
-            list(pool.map(lambda p: api.delete(f"/api/workers/{p}/"), public_ids))
-        _wait_all_finished(timeout=180)
+        delete_all()
+        latencies = _steady_posts(post, rate=post_rate, count=post_count, threads=post_concurrency)
+        delete_all()
         return way, latencies
     finally:
         platform.stop_all()
@@ -313,6 +350,24 @@ def _platform(
         target.cancel_names(names)
         forget_workers()
         ApiKey.objects.filter(user=user).delete()
+
+
+def _steady_posts(
+    post: Callable[[int], tuple[str, float]], *, rate: float, count: int, threads: int
+) -> list[float]:
+    """Single POSTs at a steady rate (open loop): each latency counts from when it was due."""
+    started = time.perf_counter()
+
+    def due_post(i: int) -> float:
+        due = started + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        post(i)
+        return time.perf_counter() - due
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(due_post, range(count)))
 
 
 def _wait_all_finished(*, timeout: float) -> bool:
@@ -337,11 +392,13 @@ def run(
     celery_concurrency: int = 4,
     post_concurrency: int = 8,
     cost_samples: int = 20,
+    post_rate: float = 20.0,
+    post_count: int = 200,
 ) -> Outcome:
     start_afresh(target)
     script = job_script()
     tag = f"bench-sub-{run_id()}"
-    cost = _submit_cost(target, f"{tag}-cost", cost_samples)
+    cost = _submit_cost(target, f"{tag}-cost", cost_samples, count)
     local, ids = _local_loop(target, script, [f"{tag}-local-{i}" for i in range(count)])
     target.cancel_ids(ids)
     print(f"  local sbatch loop: {local.elapsed:.2f} s", flush=True)
@@ -349,10 +406,15 @@ def run(
     target.cancel_ids(ids)
     print(f"  ssh sbatch loop: {ssh.elapsed:.2f} s", flush=True)
     ours, latencies = _platform(
-        target, count, celery_concurrency=celery_concurrency, post_concurrency=post_concurrency
+        target,
+        count,
+        celery_concurrency=celery_concurrency,
+        post_concurrency=post_concurrency,
+        post_rate=post_rate,
+        post_count=post_count,
     )
     print(f"  platform: {ours.elapsed:.2f} s", flush=True)
-    return _outcome(ours, ssh, local, latencies, cost, len(script))
+    return _outcome(ours, ssh, local, latencies, cost, len(script), post_rate)
 
 
 def _compare(ours: float, other: float) -> str:
@@ -362,7 +424,13 @@ def _compare(ours: float, other: float) -> str:
 
 
 def _outcome(
-    ours: Way, ssh: Way, local: Way, latencies: list[float], cost: SubmitCost, script_size: int
+    ours: Way,
+    ssh: Way,
+    local: Way,
+    latencies: list[float],
+    cost: SubmitCost,
+    script_size: int,
+    post_rate: float,
 ) -> Outcome:
     table = Table(
         f"Submission: {ours.jobs} held jobs, from the first request to the last job in squeue",
@@ -377,7 +445,10 @@ def _outcome(
         ],
         align="lrrrrrr",
     )
-    ours.commands_per_job = f"{cost.commands_per_submit:g} (measured in-process)"
+    ours.commands_per_job = (
+        f"{cost.batch_commands / max(cost.batch_size, 1):.3f} ({cost.batch_commands} for "
+        f"{cost.batch_size}, measured in-process)"
+    )
     for way in (ours, ssh, local):
         table.add(
             way.label,
@@ -390,8 +461,9 @@ def _outcome(
         )
     table.notes += ours.notes
     table.notes += [
-        f"POST /api/workers/ latency: p50 {millis(percentile(latencies, 50))}, "
-        f"p95 {millis(percentile(latencies, 95))}",
+        f"single POST /api/workers/ at {post_rate:g}/s (open loop, {len(latencies)} requests, "
+        f"each submitted as it comes): p50 {millis(percentile(latencies, 50))}, "
+        f"p95 {millis(percentile(latencies, 95))}, max {millis(max(latencies))}",
         f"every way submits the same {script_size}-byte script (the platform's, agent "
         f"included), with {HOLD_DIRECTIVE}; the loops run one sbatch after the other.",
     ]
@@ -408,13 +480,31 @@ def _outcome(
         f"whole jobs.submit_worker ({cost.commands_per_submit:g} commands measured)",
         millis(cost.submit_worker),
     )
+    costs.add(
+        f"jobs.submit_workers, {cost.batch_size} workers together ({cost.batch_commands} "
+        "commands), per job",
+        millis(cost.batch_per_job),
+    )
     costs.add("local sbatch, per job (from the local loop)", millis(local.elapsed / local.jobs))
     costs.notes.append(
         "the lookup lets a redelivered task or a timed-out sbatch adopt the existing job "
         "instead of making a second one; it runs only on a retry (an earlier attempt wrote the "
         "worker's agent secret before its sbatch), so a first attempt is sbatch alone."
     )
+    p95 = percentile(latencies, 95)
     goals = [
+        Goal(
+            NAME,
+            f"{ours.jobs} workers from one bulk request: >= 100 jobs/s",
+            f"{ours.per_second:.1f} jobs/s",
+            ours.per_second >= 100,
+        ),
+        Goal(
+            NAME,
+            f"single POST /api/workers/ p95 < 50 ms at {post_rate:g} requests/s",
+            millis(p95),
+            p95 < 0.05,
+        ),
         Goal(
             NAME,
             "faster than the `ssh host sbatch` loop",

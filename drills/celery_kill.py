@@ -1,7 +1,8 @@
 """SIGKILL the Celery worker during submissions, many times: every worker ends with exactly one
 job; none lost, none duplicated.
 
-Each round requests a burst of (held) workers and, while their submissions hold their locks
+Each round requests a burst of (held) workers (every other one in a single bulk request, so a
+batch is killed mid-way) and, while their submissions hold their locks
 (between the name lookup, sbatch and recording the job), kills either the whole worker (main
 process and its prefork children) or one child in the middle of its task. Killed tasks come
 back (acks_late: redelivered after the visibility timeout; a lost child's task is rejected and
@@ -35,7 +36,8 @@ def run(target: SshTarget, *, kills: int = 8, burst: int = 6) -> DrillResult:
         platform.start_all()
         kinds = {"whole worker": 0, "one prefork child": 0}
         for round_number in range(kills):
-            made = drill.request(HELD_ENVIRONMENT, burst)
+            # Every other burst is one bulk request: its workers are submitted as one batch.
+            made = drill.request(HELD_ENVIRONMENT, burst, bulk=round_number % 2 == 1)
             # Kill while submissions hold their locks: between lookup, sbatch and recording.
             wait_until(_submitting({w.pk for w in made}), timeout=30, interval=0.005)
             pause(chooser.uniform(0, 0.1))

@@ -100,13 +100,22 @@ class Drill:
 
     # -- workers ----------------------------------------------------------------------------
 
-    def request(self, environment: str, count: int = 1) -> list[Worker]:
-        """Workers requested through POST /api/workers/, as a user would."""
+    def request(self, environment: str, count: int = 1, *, bulk: bool = False) -> list[Worker]:
+        """Workers requested through POST /api/workers/, as a user would (with ``bulk``, all in
+        one request: one task submits them together)."""
         from workers_app.models import Worker
 
         ids = []
         with self.platform.api(self.key) as api:
-            for _ in range(count):
+            if bulk:
+                answer = api.post(
+                    "/api/workers/",
+                    json={"cluster": CLUSTER_NAME, "environment": environment, "count": count},
+                )
+                if answer.status_code != 201:
+                    raise HarnessError(f"bulk POST /api/workers/ answered {answer.status_code}")
+                ids = [worker["id"] for worker in answer.json()["workers"]]
+            for _ in range(0 if bulk else count):
                 answer = api.post(
                     "/api/workers/",
                     json={"cluster": CLUSTER_NAME, "environment": environment, "params": {}},
