@@ -6,12 +6,15 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
 from workers_app import accounts, clusters, services
 from workers_app.accounts import public_key_of
 from workers_app.heartbeats import HeartbeatStore
 from workers_app.models import (
     AccountOrigin,
+    AgentRelay,
+    AgentRoute,
     ApiKey,
     Cluster,
     ClusterAccount,
@@ -42,7 +45,18 @@ class ClusterForm(forms.ModelForm):
 
     class Meta:
         model = Cluster
-        fields = ["name", "host", "port", "username", "host_key", "scheduler", "shared"]
+        fields = [
+            "name",
+            "host",
+            "port",
+            "username",
+            "host_key",
+            "scheduler",
+            "shared",
+            "agent_route",
+            "relay_host",
+            "relay_port",
+        ]
 
     def save(self, commit: bool = True) -> Cluster:
         cluster: Cluster = super().save(commit=False)
@@ -156,6 +170,13 @@ class TerminalRecordAdmin(admin.ModelAdmin):
         return False
 
 
+def relay_of(cluster: Cluster) -> AgentRelay | None:
+    try:
+        return cluster.agent_relay
+    except AgentRelay.DoesNotExist:
+        return None
+
+
 class EnvironmentInline(admin.TabularInline):
     model = Environment
     extra = 0
@@ -173,16 +194,19 @@ class ClusterAdmin(admin.ModelAdmin):
         "scheduler",
         "accounts_mode",
         "reachability",
+        "agents_route",
         "heartbeat_breaker",
         "last_contact_at",
         "key_is_set",
     ]
+    list_select_related = ["agent_relay"]
     readonly_fields = [
         "reachability",
         "last_contact_at",
         "last_error",
         "key_is_set",
         "host_key_fingerprint",
+        "relay_status",
     ]
     inlines = [EnvironmentInline]
     actions = ["probe", "pin_host_key", "confirm_lost_workers"]
@@ -212,6 +236,28 @@ class ClusterAdmin(admin.ModelAdmin):
         for cluster in queryset:
             store.confirm_breaker(cluster.pk)
             self.message_user(request, f"{cluster.name}: the next sweep stops its silent workers")
+
+    @admin.display(description="agents")
+    def agents_route(self, obj: Cluster) -> str:
+        if obj.agent_route == AgentRoute.DIRECT:
+            return "direct"
+        relay = relay_of(obj)
+        state = relay.state_now(timezone.now()) if relay else "not started (is run_relays running?)"
+        return f"via login host: relay {state}"
+
+    @admin.display(description="relay on the login host")
+    def relay_status(self, obj: Cluster) -> str:
+        relay = relay_of(obj)
+        if relay is None:
+            return "none" if obj.agent_route == AgentRoute.DIRECT else "not started yet"
+        lines = [
+            f"{relay.state_now(timezone.now())}; agents are given {relay.address or '-'}",
+            f"kept by {relay.holder or '-'}, up since {relay.up_since or '-'}, "
+            f"last checked {relay.checked_at or '-'}, repaired {relay.repairs} times",
+        ]
+        if relay.last_error:
+            lines.append(f"last problem: {relay.last_error}")
+        return "\n".join(lines)
 
     @admin.display(description="accounts")
     def accounts_mode(self, obj: Cluster) -> str:

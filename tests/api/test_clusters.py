@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from workers_app.models import Cluster, Environment, EnvironmentField
+from workers_app.models import AgentRelay, AgentRoute, Cluster, Environment, EnvironmentField
 
 pytestmark = pytest.mark.django_db
 
@@ -29,13 +31,38 @@ def test_clusters_show_name_scheduler_and_reachability_but_no_connection_details
         "last_contact_at",
         "shared",
         "account",
+        "agent_route",
+        "relay_state",
     }
+    assert (shown["agent_route"], shown["relay_state"]) == ("direct", None)
     assert shown["name"] == "test-slurm"
     assert shown["scheduler"] == "slurm"
     assert shown["reachability"] == "online"
     body = response.content.decode()
     for secret in (cluster.host_key, cluster.private_key_encrypted, cluster.username):
         assert secret not in body
+
+
+def test_a_cluster_whose_agents_go_via_the_login_host_shows_its_relay_but_not_where_it_is(
+    api: APIClient, cluster: Cluster
+) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(agent_route=AgentRoute.VIA_LOGIN_HOST)
+    assert api.get("/api/clusters/test-slurm/").json()["relay_state"] == "unknown"
+
+    relay = AgentRelay.objects.create(
+        cluster=cluster, state="up", address="login7.hpc.example:40999", checked_at=timezone.now()
+    )
+    with CaptureQueriesContext(connection) as queries:
+        response = api.get("/api/clusters/")
+    [shown] = response.json()["results"]
+    assert (shown["agent_route"], shown["relay_state"]) == ("via_login_host", "up")
+    assert "login7" not in response.content.decode()
+    # Read with the clusters, not one query per cluster.
+    assert not [q for q in queries.captured_queries if 'FROM "workers_app_agentrelay"' in q["sql"]]
+
+    # Nobody confirmed it for longer than a lease (run_relays is not running): unknown.
+    AgentRelay.objects.filter(pk=relay.pk).update(checked_at=timezone.now() - timedelta(minutes=10))
+    assert api.get("/api/clusters/test-slurm/").json()["relay_state"] == "unknown"
 
 
 def test_one_cluster_by_name_and_unknown_is_404(api: APIClient, cluster: Cluster) -> None:

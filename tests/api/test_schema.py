@@ -56,6 +56,8 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
         "last_contact_at",
         "shared",
         "account",
+        "agent_route",
+        "relay_state",
     }
 
 

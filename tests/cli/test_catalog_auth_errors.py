@@ -20,9 +20,9 @@ def test_cluster_ls_shows_clusters(pw: Pw, cluster: Cluster) -> None:
 
     assert result.returncode == 0, result.stderr
     header, row = result.stdout.splitlines()
-    assert header.split() == ["NAME", "SCHEDULER", "STATUS", "ACCOUNT"]
+    assert header.split() == ["NAME", "SCHEDULER", "STATUS", "AGENTS", "ACCOUNT"]
     # What ACCOUNT shows for each kind of account: test_cluster_accounts.py.
-    assert row.split()[:3] == ["test-slurm", "slurm", "unknown"]
+    assert row.split()[:4] == ["test-slurm", "slurm", "unknown", "direct"]
 
 
 def test_environments_ls_and_get_show_settable_fields(

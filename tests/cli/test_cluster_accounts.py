@@ -82,7 +82,14 @@ def pw(
 def test_cluster_ls_says_for_each_cluster_how_you_act_on_it(pw: Callable[..., Any]) -> None:
     clusters = [
         {"name": "hpc1", "scheduler": "slurm", "reachability": "online", "shared": False},
-        {"name": "hpc2", "scheduler": "pbs", "reachability": "offline", "shared": False},
+        {
+            "name": "hpc2",
+            "scheduler": "pbs",
+            "reachability": "offline",
+            "shared": False,
+            "agent_route": "via_login_host",
+            "relay_state": "up",
+        },
         {"name": "lab", "scheduler": "host", "reachability": "unknown", "shared": True},
         {"name": "new", "scheduler": "slurm", "reachability": "online", "shared": False},
     ]
@@ -97,7 +104,7 @@ def test_cluster_ls_says_for_each_cluster_how_you_act_on_it(pw: Callable[..., An
 
     assert code == 0
     header, *rows = out.splitlines()
-    assert header.split() == ["NAME", "SCHEDULER", "STATUS", "ACCOUNT"]
+    assert header.split() == ["NAME", "SCHEDULER", "STATUS", "AGENTS", "ACCOUNT"]
     account_column = [row[header.index("ACCOUNT") :] for row in rows]
     assert account_column == [
         "alice (verified)",
@@ -106,6 +113,13 @@ def test_cluster_ls_says_for_each_cluster_how_you_act_on_it(pw: Callable[..., An
         "none - run: pw cluster connect new --user USER",
     ]
     assert [row.split()[2] for row in rows] == ["online", "offline", "unknown", "online"]
+    # A platform that does not say (an older one) is read as direct.
+    assert [row.split()[3] for row in rows] == [
+        "direct",
+        "login-host-relay:up",
+        "direct",
+        "direct",
+    ]
 
 
 def test_connect_without_a_key_shows_the_public_key_to_install_and_what_next(

@@ -53,6 +53,21 @@ def test_the_account_fields_pw_reads_are_the_ones_the_api_documents(schema: Sche
     assert set(clusters.ACCOUNT_FIELDS) <= set(account["properties"])
 
 
+def test_the_agent_routes_and_relay_states_pw_shows_are_the_ones_the_api_documents(
+    schema: Schema,
+) -> None:
+    cluster = schema["components"]["schemas"]["Cluster"]["properties"]
+
+    assert list(clusters.AGENT_ROUTES) == resolved(schema, cluster["agent_route"])["enum"]
+    documented = {
+        state
+        for part in cluster["relay_state"]["oneOf"]
+        for state in resolved(schema, part)["enum"]
+        if state is not None
+    }
+    assert set(clusters.RELAY_STATES) == documented
+
+
 def test_what_pw_cluster_connect_sends_is_what_the_api_takes(schema: Schema) -> None:
     connect = schema["paths"].get("/api/clusters/{name}/account/", {}).get("post")
     if connect is None:

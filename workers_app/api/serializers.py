@@ -2,14 +2,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from workers_app.models import (
+    AgentRelay,
     Cluster,
     ClusterAccount,
     Environment,
     EnvironmentField,
+    RelayState,
     Worker,
     WorkerEvent,
 )
@@ -68,9 +71,36 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
 
     class Meta:
         model = Cluster
-        # Deliberately an allowlist: host, user and key material never leave the server.
-        fields = ["name", "scheduler", "reachability", "last_contact_at", "shared", "account"]
+        # Deliberately an allowlist: host, user and key material never leave the server (nor
+        # the relay's address on the login host).
+        fields = [
+            "name",
+            "scheduler",
+            "reachability",
+            "last_contact_at",
+            "shared",
+            "account",
+            "agent_route",
+            "relay_state",
+        ]
         read_only_fields = fields
+
+    relay_state = serializers.SerializerMethodField(
+        help_text="Agents via the login host: their relay there, as the platform last saw it "
+        "(unknown when nothing keeps it). Null when agents reach the platform directly."
+    )
+
+    @extend_schema_field(
+        serializers.ChoiceField(choices=RelayState.choices, allow_null=True)  # type: ignore[arg-type]
+    )
+    def get_relay_state(self, cluster: Cluster) -> str | None:
+        if cluster.agent_route == "direct":
+            return None
+        try:
+            relay: AgentRelay = cluster.agent_relay
+        except AgentRelay.DoesNotExist:
+            return RelayState.UNKNOWN
+        return relay.state_now(timezone.now())
 
     @extend_schema_field(ClusterAccountSerializer(allow_null=True))
     def get_account(self, cluster: Cluster) -> dict[str, Any] | None:

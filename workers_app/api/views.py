@@ -102,8 +102,16 @@ class ClusterViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Cluster]):
     lookup_field = "name"
     lookup_value_regex = ANY_SEGMENT
     # Never load the connection secrets, not even into memory.
-    queryset = Cluster.objects.only(
-        "id", "name", "scheduler", "reachability", "last_contact_at", "shared"
+    queryset = Cluster.objects.select_related("agent_relay").only(
+        "id",
+        "name",
+        "scheduler",
+        "reachability",
+        "last_contact_at",
+        "shared",
+        "agent_route",
+        "agent_relay__state",
+        "agent_relay__checked_at",
     )
 
     def get_queryset(self) -> QuerySet[Cluster]:

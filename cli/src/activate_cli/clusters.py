@@ -15,6 +15,9 @@ from activate_cli.output import cell, emit, table
 Account = dict[str, Any]
 # What the CLI reads of an account; a test checks them against the platform's API schema.
 ACCOUNT_FIELDS = ("remote_username", "verified", "public_key", "origin", "last_error")
+# How agents reach the platform, and the states of a relay on the login host (checked likewise).
+AGENT_ROUTES = ("direct", "via_login_host")
+RELAY_STATES = ("starting", "up", "down", "stopped", "unknown")
 PUBLIC_KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-ssh-", "sk-ecdsa-")
 
 
@@ -36,12 +39,25 @@ def account_cell(cluster: dict[str, Any]) -> str:
     return f"none - run: pw cluster connect {cluster['name']} --user USER"
 
 
+def agents_cell(cluster: dict[str, Any]) -> str:
+    """How agents reach the platform: direct, or through the login host's relay (its state)."""
+    if cluster.get("agent_route", "direct") == "direct":
+        return "direct"
+    return f"login-host-relay:{cluster.get('relay_state') or 'unknown'}"
+
+
 def render_clusters(clusters: list[dict[str, Any]]) -> str:
     rows = [
-        [cell(c["name"]), cell(c["scheduler"]), cell(c["reachability"]), account_cell(c)]
+        [
+            cell(c["name"]),
+            cell(c["scheduler"]),
+            cell(c["reachability"]),
+            cell(agents_cell(c)),
+            account_cell(c),
+        ]
         for c in clusters
     ]
-    return table(["NAME", "SCHEDULER", "STATUS", "ACCOUNT"], rows)
+    return table(["NAME", "SCHEDULER", "STATUS", "AGENTS", "ACCOUNT"], rows)
 
 
 def one_line(text: str) -> str:
