@@ -5,6 +5,10 @@ Brings up the test cluster (scripts/testcluster.sh up; needs root), migrates, re
 the cluster with add_cluster (its partition becomes an environment), marks it shared so the demo
 user needs no cluster account of their own, creates the user, then serves through scripts/run.py
 and prints where to log in. Running it again changes nothing that is already there.
+
+`make demo` with ACTIVATE_DEMO_AGENTS=via-login-host (or `scripts/demo.py --via-login-host`)
+registers the cluster with agents going via its login host: a relay there passes their calls
+back over the platform's SSH connection, as for a platform behind a NAT or on a laptop.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def demo_password() -> str:
     return PASSWORD_FILE.read_text().strip()
 
 
-def register_cluster() -> None:
+def register_cluster(*, via_login_host: bool) -> None:
     env = cluster_env()
     host_key = (CLUSTER / "known_host").read_text().strip() or env["ACTIVATE_TEST_SSH_HOST_KEY"]
     # known_host may name the host first ("[127.0.0.1]:2222 ssh-ed25519 AAAA..."): keep the key.
@@ -70,6 +74,12 @@ def register_cluster() -> None:
         host_key,
         # Every user acts as the cluster's own account: the demo user needs none of their own.
         "--shared",
+        *(
+            # The login host is this machine, and so is the compute node: it reaches 127.0.0.1.
+            ["--agent-route", "via_login_host", "--relay-host", "127.0.0.1"]
+            if via_login_host
+            else []
+        ),
     )
 
 
@@ -101,7 +111,10 @@ def main() -> int:
     subprocess.run(["bash", "scripts/testcluster.sh", "up"], cwd=REPO, check=True)
     subprocess.run(["bash", "scripts/services.sh", "redis"], cwd=REPO, check=True)
     manage("migrate", "--noinput")
-    register_cluster()
+    via_login_host = "--via-login-host" in sys.argv[1:] or os.environ.get(
+        "ACTIVATE_DEMO_AGENTS", "direct"
+    ) in {"via-login-host", "via_login_host"}
+    register_cluster(via_login_host=via_login_host)
     password = demo_password()
     ensure_demo_user(password)
 
@@ -115,7 +128,12 @@ def main() -> int:
             f"\nThe demo is up: log in at {url}/login/  user: {DEMO_USER}  password: {password}\n"
             f"  Run -> Workers -> Create, pick {CLUSTER_NAME} / its partition, Request worker;\n"
             "  the worker goes pending, queued, connected within a minute.\n"
-            "  Ctrl-C stops everything.\n",
+            + (
+                "  Agents call back through the relay on the login host (admin: Clusters).\n"
+                if via_login_host
+                else ""
+            )
+            + "  Ctrl-C stops everything.\n",
             flush=True,
         )
     # Ctrl-C reaches run.py too (same process group); it stops its processes and returns.

@@ -77,6 +77,28 @@ def test_add_cluster_without_an_account_of_its_own_then_shared_with_one(
     assert cluster.environments.filter(name=ssh_target.partition).exists()  # probed
 
 
+def test_add_cluster_with_agents_via_the_login_host_needs_the_clusters_own_account(
+    db: None, ssh_target: SshTarget
+) -> None:
+    where = ["--host", ssh_target.host, "--port", str(ssh_target.port), "--scheduler", "slurm"]
+    where += ["--host-key", ssh_target.host_key]
+    with pytest.raises(CommandError, match="cluster's own account"):
+        call_command("add_cluster", "far", *where, "--agent-route", "via_login_host")
+    assert not Cluster.objects.filter(name="far").exists()
+
+    call_command(
+        "add_cluster", "far", *where, "--agent-route", "via_login_host",
+        "--relay-host", "10.1.0.1", "--relay-port", "47001",
+        "--user", ssh_target.user, "--key-file", ssh_target.key_path,
+    )  # fmt: skip
+    cluster = Cluster.objects.get(name="far")
+    assert (cluster.agent_route, cluster.relay_host, cluster.relay_port) == (
+        "via_login_host",
+        "10.1.0.1",
+        47001,
+    )
+
+
 def test_the_admin_says_plainly_which_clusters_are_shared(
     admin_client: Client, make_cluster
 ) -> None:

@@ -90,9 +90,7 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
         "(unknown when nothing keeps it). Null when agents reach the platform directly."
     )
 
-    @extend_schema_field(
-        serializers.ChoiceField(choices=RelayState.choices, allow_null=True)  # type: ignore[arg-type]
-    )
+    @extend_schema_field(serializers.ChoiceField(choices=RelayState.choices, allow_null=True))
     def get_relay_state(self, cluster: Cluster) -> str | None:
         if cluster.agent_route == "direct":
             return None

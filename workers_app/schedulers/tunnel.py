@@ -237,13 +237,18 @@ def _pump(channel: paramiko.Channel, upstream: socket.socket) -> None:
     upstream.settimeout(IDLE_TIMEOUT)
     try:
         while True:
-            ready, _, _ = select.select([channel, upstream], [], [], IDLE_TIMEOUT)
+            ready, _, _ = select.select([channel.fileno(), upstream.fileno()], [], [], IDLE_TIMEOUT)
             if not ready:
                 return
-            for side in ready:
-                data = side.recv(65536)
+            if upstream.fileno() in ready:
+                data = upstream.recv(65536)
                 if not data:
                     return
-                (upstream if side is channel else channel).sendall(data)
+                channel.sendall(data)
+            if channel.fileno() in ready:
+                data = channel.recv(65536)
+                if not data:
+                    return
+                upstream.sendall(data)
     except (OSError, EOFError, paramiko.SSHException):
         return

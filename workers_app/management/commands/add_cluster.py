@@ -4,10 +4,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from workers_app import clusters
-from workers_app.models import Cluster, SchedulerKind
+from workers_app.models import AgentRoute, Cluster, SchedulerKind
 from workers_app.schedulers.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
 
 
@@ -33,6 +34,21 @@ class Command(BaseCommand):
             "--host-key", help='Pin this key ("ssh-ed25519 AAAA...") instead of asking.'
         )
         parser.add_argument("--yes", action="store_true", help="Trust the key shown, no prompt.")
+        parser.add_argument(
+            "--agent-route",
+            choices=AgentRoute.values,
+            default=AgentRoute.DIRECT,
+            help="How agents reach the platform: direct, or via_login_host (a relay there; "
+            "needs --user and `run_relays`).",
+        )
+        parser.add_argument(
+            "--relay-host",
+            default="",
+            help="via_login_host: the login host's address as compute nodes see it.",
+        )
+        parser.add_argument(
+            "--relay-port", type=int, default=0, help="via_login_host: the relay's port (0: any)."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         name: str = options["name"]
@@ -73,14 +89,20 @@ class Command(BaseCommand):
         )
         cluster.scheduler, cluster.host_key = options["scheduler"], host_key
         cluster.shared = options["shared"]
+        cluster.agent_route = options["agent_route"]
+        cluster.relay_host, cluster.relay_port = options["relay_host"], options["relay_port"]
         cluster.private_key_encrypted = ""
         if pem:
             cluster.set_private_key(pem)
-        cluster.full_clean()
+        try:
+            cluster.full_clean()
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages)) from None
         cluster.save()
         mode = "shared: every user acts as " + cluster.username if cluster.shared else "per-user"
         self.stdout.write(
-            f"Cluster {name} saved with host key {fingerprint(host_key)} (accounts: {mode})"
+            f"Cluster {name} saved with host key {fingerprint(host_key)} (accounts: {mode}; "
+            f"agents: {cluster.get_agent_route_display()})"
         )
         if not pem:
             self.stdout.write("No account of its own: environments are not detected; add them.")
