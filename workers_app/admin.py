@@ -58,6 +58,18 @@ class ClusterForm(forms.ModelForm):
             "relay_port",
         ]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Left out of a form post, the route stays direct and the relay's port is picked.
+        self.fields["agent_route"].required = False
+        self.fields["relay_port"].required = False
+
+    def clean_agent_route(self) -> str:
+        return str(self.cleaned_data.get("agent_route") or AgentRoute.DIRECT)
+
+    def clean_relay_port(self) -> int:
+        return int(self.cleaned_data.get("relay_port") or 0)
+
     def save(self, commit: bool = True) -> Cluster:
         cluster: Cluster = super().save(commit=False)
         pem = self.cleaned_data.get("private_key", "").strip()

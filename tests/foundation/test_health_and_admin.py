@@ -108,10 +108,10 @@ def test_the_admin_stores_a_pasted_key_encrypted_and_keeps_it_when_left_empty(
 def test_docker_files_reference_what_exists() -> None:
     compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
     roles = {name: svc.get("command") for name, svc in compose["services"].items()}
-    for role in ("web", "agents", "worker", "beat"):
+    for role in ("web", "agents", "worker", "beat", "relays"):
         assert roles[role] == [role]
     start = (REPO / "scripts" / "start.sh").read_text()
-    for role in ("web)", "agents)", "worker)", "beat)"):
+    for role in ("web)", "agents)", "worker)", "beat)", "relays)"):
         assert role in start
     for line in (REPO / "docker" / "Dockerfile").read_text().splitlines():
         if line.startswith("COPY "):

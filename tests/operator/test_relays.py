@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.test import Client
 from django.utils import timezone
 
 from harness.relays import relay_pids
@@ -162,3 +163,43 @@ def test_the_supervisor_sets_up_changes_and_stops_relays_with_their_clusters(
     finally:
         supervisor.stop_all()
     assert relays.stop_unwanted_relays() == 0
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_each_clusters_agent_route_and_its_relay(
+    admin_client: Client, make_cluster: Any
+) -> None:
+    direct = make_cluster(name="near")
+    relayed = via_login_host(make_cluster)
+    AgentRelay.objects.create(
+        cluster=relayed,
+        state=RelayState.UP,
+        address="127.0.0.1:40999",
+        holder="platform1:4242",
+        repairs=3,
+        checked_at=timezone.now(),
+    )
+    listing = admin_client.get("/admin/workers_app/cluster/").content.decode()
+    assert "via login host: relay up" in listing and "direct" in listing
+    page = admin_client.get(f"/admin/workers_app/cluster/{relayed.pk}/change/").content.decode()
+    assert "agents are given 127.0.0.1:40999" in page
+    assert "kept by platform1:4242" in page and "repaired 3 times" in page
+
+    # The relay runs as the cluster's own account: a cluster without one cannot use it.
+    form = {
+        "name": "near",
+        "host": direct.host,
+        "port": str(direct.port),
+        "username": "",
+        "host_key": direct.host_key,
+        "scheduler": "slurm",
+        "agent_route": "via_login_host",
+        "relay_port": "0",
+        "environments-TOTAL_FORMS": "0",
+        "environments-INITIAL_FORMS": "0",
+    }
+    answer = admin_client.post(f"/admin/workers_app/cluster/{direct.pk}/change/", form)
+    assert answer.status_code == 200
+    assert "The relay runs as the cluster&#x27;s own account" in answer.content.decode()
+    direct.refresh_from_db()
+    assert direct.agent_route == AgentRoute.DIRECT
