@@ -21,6 +21,7 @@ from django.core.management import call_command
 from harness import REPO
 from harness.cluster import SshTarget
 from harness.platform import Platform
+from harness.waiting import wait_for
 from tests.factories import ClusterFactory, WorkerFactory
 from tests.pages.conftest import SCREENSHOTS_TAKEN
 from workers_app.models import Environment, EnvironmentField, Worker
@@ -169,11 +170,16 @@ def chromium(chromium_installed: str) -> Iterator[Any]:
     os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
+def on_screen(screen: Any) -> str:
+    # xterm.js draws spaces as no-break spaces.
+    return str(screen.inner_text()).replace("\xa0", " ")
+
+
 def terminal_sizes(page: Any, screen: Any, *, count: int) -> list[tuple[int, int]]:
     """The `stty size` answers on the terminal's screen, once ``count`` of them are there."""
     deadline = time.monotonic() + 30
     while True:
-        answers = re.findall(r"^(\d+) (\d+)\s*$", screen.inner_text(), re.MULTILINE)
+        answers = re.findall(r"^(\d+) (\d+)\s*$", on_screen(screen), re.MULTILINE)
         if len(answers) >= count or time.monotonic() > deadline:
             return [(int(r), int(c)) for r, c in answers]
         page.wait_for_timeout(200)
@@ -293,7 +299,31 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
     assert resized[0] == sizes[0] and resized[1] != sizes[0], resized
     rows, cols = resized[1]
     assert rows < sizes[0][0] and cols < sizes[0][1]
+    assert shell.locator("#terminal-reconnect").is_hidden()
+    # Copy a word (double-click selects it) and paste it back, with the keys the page names.
+    shell.get_by_text(f"node-is-{worker.node_hostname}", exact=True).dblclick()
+    shell.keyboard.press("Control+Shift+C")
+    assert shell.evaluate("navigator.clipboard.readText()") == f"node-is-{worker.node_hostname}"
+    shell.evaluate("navigator.clipboard.writeText('echo pasted-$((2+3))')")
+    shell.keyboard.press("Control+Shift+V")
+    wait_for(lambda: "echo pasted-$((2+3))" in on_screen(screen), timeout=30)
+    shell.keyboard.press("Enter")
+    try:
+        wait_for(lambda: re.search(r"^pasted-5\s*$", on_screen(screen), re.M), timeout=30)
+    except TimeoutError:
+        shell.screenshot(path=str(screenshots / "08x-terminal-paste-missing.png"))
+        raise AssertionError(on_screen(screen)) from None
     shell.screenshot(path=str(screenshots / "08b-terminal.png"))
+    # The shell ends: the page says so and offers a new one.
+    shell.keyboard.type("exit 4\n")
+    try:
+        wait_for(lambda: "[the shell exited with status 4]" in on_screen(screen), timeout=30)
+    except TimeoutError:
+        shell.screenshot(path=str(screenshots / "08x-terminal-exit-missing.png"))
+        raise AssertionError(on_screen(screen)) from None
+    shell.locator("#terminal-reconnect").click()
+    shell.locator("#terminal-state", has_text="Connected").wait_for(timeout=60_000)
+    shell.screenshot(path=str(screenshots / "08c-terminal-reconnected.png"))
     shell.close()
 
     # Delete it: the confirmation says its sessions go too; then it leaves the list.

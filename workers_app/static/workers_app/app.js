@@ -85,6 +85,11 @@
       copy(copier);
       return;
     }
+    // A link that opens elsewhere (Open in terminal: a new tab) leaves its menu closed.
+    if (target.closest("details.menu a[target=_blank]")) {
+      closeMenus(null);
+      return;
+    }
     // One row menu open at a time; a click elsewhere closes it.
     closeMenus(target.closest("details.menu"));
   });

@@ -82,10 +82,7 @@
       navigator.clipboard.writeText(term.getSelection());
       return false;
     }
-    if (event.code === "KeyV") {
-      navigator.clipboard.readText().then(function (text) { term.paste(text); });
-      return false;
-    }
+    // Ctrl+Shift+V is left to the browser: its paste event reaches xterm.js, which sends it.
     return true;
   });
   window.addEventListener("resize", function () { fit.fit(); });
