@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 import redis
@@ -177,6 +177,21 @@ def stop_unwanted_relays() -> int:
         .exclude(state=RelayState.STOPPED)
         .filter(Q(checked_at__lt=stale) | Q(checked_at__isnull=True))
         .update(state=RelayState.STOPPED, forwarded_port=None, updated_at=timezone.now())
+    )
+
+
+def clusters_agents_cannot_reach(now: datetime) -> set[int]:
+    """Via-login-host clusters whose relay has not been up for a whole heartbeat timeout (or no
+    supervisor confirms it): their agents' silence may be the relay's, not theirs."""
+    stale = now - timedelta(seconds=settings.ACTIVATE_RELAY_LEASE)
+    heard_since = now - timedelta(seconds=settings.ACTIVATE_HEARTBEAT_TIMEOUT)
+    heard = AgentRelay.objects.filter(
+        state=RelayState.UP, up_since__lte=heard_since, checked_at__gte=stale
+    ).values("cluster_id")
+    return set(
+        Cluster.objects.filter(agent_route=AgentRoute.VIA_LOGIN_HOST)
+        .exclude(pk__in=heard)
+        .values_list("pk", flat=True)
     )
 
 

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from workers_app import lifecycle
+from workers_app import lifecycle, relays
 from workers_app.heartbeats import HeartbeatStore
 from workers_app.models import Worker
 from workers_app.statuses import WorkerStatus
@@ -102,7 +102,12 @@ def sweep_heartbeats(*, store: HeartbeatStore | None = None, now: float | None =
     if silent is None:
         return 0
     stopped = 0
+    unreachable = relays.clusters_agents_cannot_reach(timezone.now()) if silent else set()
     for cluster_id, workers in _by_cluster(silent).items():
+        if cluster_id in unreachable:
+            # Agents via the login host were cut off by their relay, not silent on their own.
+            log.warning("cluster %s: its relay was not up lately; nobody is lost", cluster_id)
+            continue
         if _breaker_holds(store, cluster_id, len(workers), now):
             continue
         for worker in workers:

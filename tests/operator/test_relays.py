@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from harness.relays import relay_pids
 from harness.waiting import wait_for
-from tests.factories import UserFactory
-from workers_app import jobs, relays, services
+from tests.factories import UserFactory, WorkerFactory
+from workers_app import jobs, lifecycle, relays, services, sweeps
+from workers_app.heartbeats import HeartbeatStore
 from workers_app.models import (
     AgentRelay,
     AgentRoute,
@@ -203,3 +204,31 @@ def test_the_admin_shows_each_clusters_agent_route_and_its_relay(
     assert "The relay runs as the cluster&#x27;s own account" in answer.content.decode()
     direct.refresh_from_db()
     assert direct.agent_route == AgentRoute.DIRECT
+
+
+@pytest.mark.django_db
+def test_silence_counts_only_once_the_relay_has_been_up_for_a_heartbeat_timeout(
+    make_cluster: Any, settings: Any
+) -> None:
+    cluster = via_login_host(make_cluster)
+    worker = WorkerFactory(cluster=cluster)
+    lifecycle.mark_submitted(worker, job_id="5")
+    store = HeartbeatStore()
+    store.claim_reset()
+    lifecycle.mark_connected(worker, hostname="n1")
+    store.forget(worker.pk)
+    now = timezone.now()
+    timeout = timedelta(seconds=settings.ACTIVATE_HEARTBEAT_TIMEOUT)
+
+    # No relay yet, then down: the agent could not have been heard.
+    assert sweeps.sweep_heartbeats() == 0
+    relay = AgentRelay.objects.create(cluster=cluster, state=RelayState.DOWN, checked_at=now)
+    assert sweeps.sweep_heartbeats() == 0
+    # Up again, but for less than a timeout: an agent may not have got through yet.
+    AgentRelay.objects.filter(pk=relay.pk).update(state=RelayState.UP, up_since=now)
+    assert sweeps.sweep_heartbeats() == 0
+    # Up for longer than the timeout: that silence is the agent's own.
+    AgentRelay.objects.filter(pk=relay.pk).update(up_since=now - timeout - timedelta(seconds=1))
+    assert sweeps.sweep_heartbeats() == 1
+    worker.refresh_from_db()
+    assert worker.status == WorkerStatus.STOPPED
