@@ -9,8 +9,9 @@ so drift of a noisy machine falls on both sides.
 
 from __future__ import annotations
 
-import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -20,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from websockets.sync.client import ClientConnection, connect
 
 from bench.report import Goal, Outcome, Table, millis, percentile
-from harness import HarnessError
+from harness import REPO, HarnessError
 from harness.cluster import SshTarget
 from harness.objects import (
     RUN_ENVIRONMENT,
@@ -36,7 +36,6 @@ from harness.platform import NO_RECONCILE, PRODUCTION_KNOBS, Platform
 from harness.waiting import wait_for
 
 NAME = "terminals"
-TICKER = ["sh", "-c", "while true; do date; sleep 1; done"]
 API_RATE = 20.0
 FAKE_JOB_IDS = 9_000_000
 BEATERS = 8
@@ -155,39 +154,36 @@ def _measure(
 
 
 class Terminals:
-    """Open terminals, each drained by a thread of its own, as a browser tab would."""
+    """Terminals held open by bench.terminal_holder, a process of its own."""
 
     def __init__(self, platform: Platform, key: str, public_id: str) -> None:
         self.url = platform.url.replace("http", "ws", 1) + f"/ws/workers/{public_id}/terminal/"
-        self.headers = {"Authorization": f"Bearer {key}"}
-        self.sockets: list[ClientConnection] = []
+        self.key = key
+        self.holder: subprocess.Popen[str] | None = None
         self.lines = 0
 
     def open(self, count: int) -> float:
         started = time.perf_counter()
-        start = {"type": "start", "command": TICKER, "pty": True, "cols": 100, "rows": 30}
-        for _ in range(count):
-            socket = connect(self.url, additional_headers=self.headers)
-            socket.send(json.dumps(start))
-            answer = json.loads(socket.recv(timeout=60))
-            if answer.get("type") != "started":
-                raise HarnessError(f"a terminal did not start: {answer}")
-            self.sockets.append(socket)
-            threading.Thread(target=self._drain, args=(socket,), daemon=True).start()
+        self.holder = subprocess.Popen(
+            [sys.executable, "-m", "bench.terminal_holder", self.url, self.key, str(count)],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.holder.stdout is not None
+        said = self.holder.stdout.readline().strip()
+        if said != "ready":
+            self.close()
+            raise HarnessError(f"the terminals did not all start: {said}")
         return time.perf_counter() - started
 
-    def _drain(self, socket: ClientConnection) -> None:
-        try:
-            for message in socket:
-                if isinstance(message, bytes):
-                    self.lines += message.count(b"\n")
-        except Exception:  # the bench closes them; whatever ends the loop is fine
-            return
-
     def close(self) -> None:
-        for socket in self.sockets:
-            socket.close()
-        self.sockets.clear()
+        if self.holder is None:
+            return
+        said, _ = self.holder.communicate("", timeout=60)
+        self.lines += int(said.strip() or 0) if said.strip().isdigit() else 0
+        self.holder = None
 
 
 def run(
@@ -209,13 +205,17 @@ def run(
         **PRODUCTION_KNOBS,
         **NO_RECONCILE,
         "ACTIVATE_TERMINALS_PER_USER": str(terminals + 10),
+        "ACTIVATE_TERMINAL_IDLE_TIMEOUT": "600",
     }
     platform = Platform(workdir=workdir, knobs=knobs)
     results: list[Round] = []
     names: list[str] = []
     opened = 0.0
+    shells: Terminals | None = None
     try:
-        platform.start_deployed_web(workers=2, threads=4)
+        # The test settings' web server (uvicorn, 2 workers): it shares this process's secret key,
+        # which the cluster's stored key is encrypted with.
+        platform.start_web()
         platform.start_agents()
         platform.start_worker()
         with platform.api(key) as api:
@@ -255,6 +255,8 @@ def run(
                     time.sleep(2)
         lines = shells.lines
     finally:
+        if shells is not None:
+            shells.close()
         end_run(platform, target, names)
         ApiKey.objects.filter(user=owner).delete()
     return _outcome(results, terminals, beat_rate, duration, opened, lines)
@@ -293,7 +295,7 @@ def _outcome(
     table.notes += [
         f"each round {duration:g} s: {beat_rate:g} beats/s from {BEATERS} client threads over "
         f"200 agents with real secrets to the agents' server, and GET /api/workers/ at "
-        f"{API_RATE:g}/s to the web server (scripts/start.sh web, production settings).",
+        f"{API_RATE:g}/s to the web server (uvicorn, 2 workers, as scripts/start.sh web).",
         f"terminals: PTYs in one real job (`srun --overlap --pty`), each printing a line a "
         f"second; {terminals} opened in {opened:.1f} s, {lines:,} lines read in all.",
         "machine: 2 cores of a shared VM; the load generator runs on the same cores.",
