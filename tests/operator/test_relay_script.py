@@ -216,3 +216,26 @@ def test_a_relay_of_another_cluster_is_left_alone(tmp_path: Path, upstream: Upst
         for relay in (one, other):
             relay.process.kill()
             relay.process.wait()
+
+
+def test_an_answer_cut_off_on_the_way_back_becomes_a_clean_502(tmp_path: Path) -> None:
+    # The platform's side dies mid-answer (an SSH connection dropping): half a response must not
+    # reach the agent, whose HTTP client would choke on it.
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def cut_off() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n{"status":')
+
+    threading.Thread(target=cut_off, daemon=True).start()
+    relay = start_relay(tmp_path, int(server.getsockname()[1]))
+    try:
+        answer = exchange(relay, b"GET /agent/v1/ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status_of(answer) == 502
+        assert answer.endswith(b"the platform's answer was cut off\n")
+    finally:
+        relay.process.kill()
+        relay.process.wait()
+        server.close()

@@ -7,6 +7,7 @@ ACTIVATE_URL, ACTIVATE_WORKER_ID, ACTIVATE_WORKER_SECRET, ACTIVATE_HEARTBEAT_INT
 Exit codes: 0 the platform ended the worker (or SIGTERM), 3 the secret was refused.
 """
 
+import http.client
 import json
 import os
 import signal
@@ -87,7 +88,8 @@ def main() -> int:
             else:
                 log("server answered %s; retrying" % exc)
             time.sleep(retry_delay)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            # HTTPException: an answer cut off on the way (a proxy or relay that lost its link).
             log("cannot reach %s (%s); retrying" % (base, exc))
             time.sleep(retry_delay)
             retry_delay = min(retry_delay * 2, interval)

@@ -26,6 +26,7 @@ AGENT_PATH = re.compile(r"^/agent/[A-Za-z0-9._~/-]*$")
 METHODS = ("GET", "POST")
 MAX_HEAD = 8192
 MAX_BODY = 65536
+MAX_RESPONSE = 1048576
 MAX_CONNECTIONS = 256
 IO_TIMEOUT = 15.0
 # Hop-by-hop headers: the relay decides how the connection ends (one request, then close).
@@ -138,15 +139,39 @@ def relay_one(client: socket.socket, forwarded_port: int, host: str) -> None:
         return
     try:
         upstream.sendall(request + body)
-        while True:
-            chunk = upstream.recv(65536)
-            if not chunk:
-                break
-            client.sendall(chunk)
+        response = read_response(upstream)
     except OSError:
-        pass
+        response = b""
     finally:
         upstream.close()
+    if not response:
+        # The way back broke mid-answer (e.g. the SSH connection dropped): a clean 502 that the
+        # agent retries, never half an answer.
+        answer(client, Refusal(502, "Bad Gateway", "the platform's answer was cut off"))
+        return
+    try:
+        client.sendall(response)
+    except OSError:
+        pass
+
+
+def read_response(upstream: socket.socket) -> bytes:
+    """The whole answer (the platform closes after it), or b"" when it came incomplete."""
+    data = b""
+    while len(data) <= MAX_RESPONSE:
+        chunk = upstream.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep or not head.startswith(b"HTTP/1.") or len(data) > MAX_RESPONSE:
+        return b""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            if not value.strip().isdigit() or len(body) < int(value):
+                return b""
+    return data
 
 
 def serve_connection(
