@@ -12,6 +12,7 @@ import base64
 import logging
 import re
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 
 from workers_app.schedulers.base import (
     CommandResult,
@@ -113,8 +114,11 @@ SUBMIT_LOOP = (
     "done"
 )
 # Scripts per command: enough that the channel's cost vanishes, few enough that one command
-# stays well inside the command timeout on a slow controller.
+# stays well inside the command timeout on a slow controller. Up to SUBMIT_PARALLEL commands run
+# at once (channels of the one connection): each sbatch is mostly its own start-up on the login
+# host, which the controller does not serialize.
 SUBMIT_CHUNK = 50
+SUBMIT_PARALLEL = 3
 # Names per squeue --name (a comma-separated list).
 NAME_CHUNK = 100
 ACCOUNTING_DISABLED = "accounting storage is disabled"
@@ -377,10 +381,13 @@ class SlurmAdapter(SchedulerAdapter):
     def submit_many(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
         if len(specs) <= 1:
             return super().submit_many(specs)
-        outcomes: list[str | SchedulerError] = []
-        for start in range(0, len(specs), SUBMIT_CHUNK):
-            outcomes += self._submit_chunk(specs[start : start + SUBMIT_CHUNK])
-        return outcomes
+        size = min(SUBMIT_CHUNK, -(-len(specs) // SUBMIT_PARALLEL))
+        chunks = [specs[start : start + size] for start in range(0, len(specs), size)]
+        if len(chunks) == 1:
+            return self._submit_chunk(chunks[0])
+        with ThreadPoolExecutor(min(SUBMIT_PARALLEL, len(chunks))) as pool:
+            # map() raises the first chunk's SSHError (every outcome then unknown) after all ran.
+            return [outcome for chunk in pool.map(self._submit_chunk, chunks) for outcome in chunk]
 
     def _submit_chunk(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
         lines = []
