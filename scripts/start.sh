@@ -23,13 +23,14 @@ case "${1:-}" in
     # The agents' endpoints only (every other path is a 404), in a server of their own: users'
     # requests filling the web server's threads never delay a heartbeat.
     # Heartbeats are answered by a lean ASGI callable on uvicorn's event loop (one Redis round
-    # trip each); connect and ping go on to Django's ASGI application.
+    # trip each); connect and ping go on to Django's ASGI application. The access log is the
+    # callable's own: every request but the successful beats.
     export ACTIVATE_AGENT_SERVER=true
     agent_bind=${ACTIVATE_AGENT_BIND:-127.0.0.1:8001}
     exec "$BIN/uvicorn" activate.agent_asgi:application \
       --host "${agent_bind%:*}" --port "${agent_bind##*:}" \
       --workers "${ACTIVATE_AGENT_WORKERS:-2}" --loop uvloop --http httptools \
-      --timeout-graceful-shutdown 10 --no-server-header
+      --timeout-graceful-shutdown 10 --no-server-header --no-access-log
     ;;
   worker)
     exec "$BIN/celery" -A activate worker --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \

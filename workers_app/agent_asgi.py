@@ -29,6 +29,9 @@ from workers_app.heartbeats import BEAT_SCRIPT, Beat, Beaten, HeartbeatStore, be
 from workers_app.models import hash_secret
 
 log = logging.getLogger(__name__)
+# The server's own access log (uvicorn's is off): every request but the successful beats, which
+# at thousands a second would be most of the log and a share of the CPU.
+access_log = logging.getLogger("activate.agents.access")
 
 Scope = dict[str, Any]
 Message = Mapping[str, Any]
@@ -37,22 +40,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OK = json.dumps({"status": "ok"}).encode()
-
-
-class QuietHeartbeats(logging.Filter):
-    """uvicorn's access log without a line per successful beat (failed ones are kept): at
-    thousands a second they would be most of the log and a share of the server's CPU."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__()
-        self.path = path
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        # uvicorn.access records: (client address, method, path, HTTP version, status)
-        args = record.args
-        return not (
-            isinstance(args, tuple) and len(args) == 5 and args[2] == self.path and args[4] == 200
-        )
 
 
 def _in_database(function: Callable[..., object], *args: object) -> object:
@@ -76,7 +63,6 @@ class AgentServer:
         self.script = self.redis.register_script(BEAT_SCRIPT)
         # Only its key names and TTL are used: it holds a synchronous client, never called here.
         self.store = HeartbeatStore()
-        logging.getLogger("uvicorn.access").addFilter(QuietHeartbeats(self.path))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -94,6 +80,19 @@ class AgentServer:
                 }
             )
             await send({"type": "http.response.body", "body": body})
+            if status != 200:
+                _log_access(scope, status)
+        elif scope["type"] == "http":
+            status = 0
+
+            async def send_noting_status(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            await self.django(scope, receive, send_noting_status)
+            _log_access(scope, status)
         else:
             await self.django(scope, receive, send)
 
@@ -158,6 +157,16 @@ async def _read_body(receive: Receive) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _log_access(scope: Scope, status: int) -> None:
+    client = scope.get("client") or ("-", 0)
+    query = scope.get("query_string", b"")
+    path = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+    access_log.info(
+        '%s:%s - "%s %s HTTP/%s" %d', client[0], client[1], scope["method"], path,
+        scope.get("http_version", "1.1"), status,
+    )  # fmt: skip
 
 
 def _header(scope: Scope, name: bytes) -> str:

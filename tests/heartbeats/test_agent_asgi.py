@@ -24,14 +24,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def agents(tmp_path: Path) -> Iterator[httpx.Client]:
+def platform(tmp_path: Path) -> Iterator[Platform]:
     platform = Platform(workdir=tmp_path)
     try:
         platform.start_agents()
-        with httpx.Client(base_url=platform.agent_url, timeout=10) as client:
-            yield client
+        yield platform
     finally:
         platform.stop_all()
+
+
+@pytest.fixture
+def agents(platform: Platform) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=platform.agent_url, timeout=10) as client:
+        yield client
 
 
 def queued_worker_with_secret() -> tuple[Worker, str]:
@@ -133,3 +138,17 @@ def test_every_other_path_is_djangos(agents: httpx.Client) -> None:
     assert agents.post("/agent/v1/connect", json={}).status_code == 400
     for path in ("/", "/api/workers/", "/admin/", "/health/"):
         assert agents.get(path).status_code == 404
+
+
+def test_the_access_log_has_every_request_but_the_successful_beats(
+    platform: Platform, agents: httpx.Client
+) -> None:
+    worker, secret = queued_worker_with_secret()
+    post(agents, "connect", secret, {"worker": worker.public_id, "hostname": "n1"})
+    for _ in range(3):
+        assert post(agents, "heartbeat", secret, {"worker": worker.public_id}).status_code == 200
+    assert post(agents, "heartbeat", "forged", {"worker": worker.public_id}).status_code == 403
+
+    assert platform.log_count('"POST /agent/v1/connect HTTP/1.1" 200') == 1
+    assert platform.log_count('"POST /agent/v1/heartbeat HTTP/1.1" 403') == 1
+    assert platform.log_count('"POST /agent/v1/heartbeat HTTP/1.1" 200') == 0
