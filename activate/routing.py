@@ -12,17 +12,35 @@ from channels.routing import ProtocolTypeRouter, URLRouter
 from django.urls import path
 
 from activate.websocket_auth import WebSocketAuthMiddleware
+from sessions_app.proxy import PREFIX as SESSION_PREFIX
+from sessions_app.proxy import SessionHttpProxy, SessionWebSocketProxy
 from workers_app.terminals.consumer import TerminalConsumer
 
 websocket_urlpatterns: list[Any] = [
     path("ws/workers/<str:public_id>/terminal/", TerminalConsumer.as_asgi()),
+    path("s/<str:public_id>/<path:rest>", SessionWebSocketProxy.as_asgi()),
+    path("s/<str:public_id>/", SessionWebSocketProxy.as_asgi()),
 ]
+
+
+class HttpRouter:
+    """Session URLs go to the session proxy, on the event loop; everything else to Django."""
+
+    def __init__(self, django_app: Any) -> None:
+        self.django_app = django_app
+        self.sessions = WebSocketAuthMiddleware(SessionHttpProxy())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"].startswith(SESSION_PREFIX):
+            await self.sessions(scope, receive, send)
+        else:
+            await self.django_app(scope, receive, send)
 
 
 def build_application(django_app: Any) -> Any:
     return ProtocolTypeRouter(
         {
-            "http": django_app,
+            "http": HttpRouter(django_app),
             "websocket": WebSocketAuthMiddleware(URLRouter(websocket_urlpatterns)),
         }
     )

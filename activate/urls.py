@@ -12,6 +12,7 @@ urlpatterns = [
     path("health/", health, name="health"),
     path("agent/v1/", include("workers_app.agent_urls")),
     path("api/", include("workers_app.api.urls")),
+    path("api/", include("sessions_app.api.urls")),
     path("", include("workers_app.pages.urls")),
     # Browsers ask for it on every page, the admin's included.
     path("favicon.ico", RedirectView.as_view(url=static("workers_app/favicon.svg"))),

@@ -1,20 +1,226 @@
-"""Session state changes caused by their worker's life. Only this module writes a session status."""
+"""Actions on sessions that pages, the API, `pw`, tasks and the worker signals call.
+
+Statuses change only through ``sessions_app.lifecycle``; the program on the node is started and
+stopped through ``sessions_app.launch``.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
+import secrets
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from sessions_app.models import Session, SessionStatus
+from activate.celery import app
+from sessions_app import launch, lifecycle
+from sessions_app.models import Session, SessionType
+from sessions_app.statuses import LIVE, SessionStatus
+from workers_app import services as worker_services
+from workers_app.models import Worker
+from workers_app.params import ParameterError
+from workers_app.schedulers.base import QueryFailed, SchedulerError
+from workers_app.schedulers.ssh import SSHError
+from workers_app.statuses import FINISHED as WORKER_FINISHED
+from workers_app.statuses import WorkerStatus
+
+S = SessionStatus
+log = logging.getLogger(__name__)
+
+NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
+START_TASK = "sessions_app.tasks.start_session"
+STOP_TASK = "sessions_app.tasks.stop_program"
+# A start claimed this long ago and still not done: its process died; the session fails.
+START_TIMEOUT = timedelta(seconds=300)
+# VNC passwords are at most 8 characters; code-server's may be longer.
+SECRET_LENGTH = {SessionType.DESKTOP: 8, SessionType.VSCODE: 32}
+
+
+def _enqueue_on_commit(task: str, session_id: int) -> None:
+    def send() -> None:
+        try:
+            app.signature(task, args=(session_id,)).apply_async()
+        except Exception as exc:  # the sweep picks the session up instead
+            log.warning("could not queue %s(%s) (the sweep will): %s", task, session_id, exc)
+
+    transaction.on_commit(send)
+
+
+def default_name(session_type: str) -> str:
+    return f"{session_type}_{timezone.now():%Y%m%d_%H%M%S}"
+
+
+def create_session(
+    *,
+    owner: User,
+    session_type: str,
+    cluster: str,
+    environment: str = "",
+    worker_id: str = "",
+    params: Mapping[str, object] | None = None,
+    name: str = "",
+) -> Session:
+    """A session on an environment (a dedicated worker is requested for it) or on a connected
+    worker of the owner's. Raises ParameterError naming the offending field."""
+    if session_type not in SessionType.values:
+        raise ParameterError("type", f"must be one of {', '.join(SessionType.values)}")
+    name = name.strip() or default_name(session_type)
+    if not NAME.fullmatch(name):
+        raise ParameterError("name", "must be 1 to 64 letters, digits or underscores")
+    if bool(environment) == bool(worker_id):
+        raise ParameterError("environment", "give either an environment or a worker, not both")
+    with transaction.atomic():
+        if environment:
+            worker = worker_services.request_worker(
+                owner=owner, cluster=cluster, environment=environment, params=params, name=name
+            )
+            dedicated = True
+        else:
+            if params:
+                raise ParameterError("params", "scheduling fields apply to a new worker only")
+            found = Worker.objects.select_related("cluster").filter(
+                owner=owner, public_id=worker_id
+            )
+            worker_found = found.first()
+            if worker_found is None or worker_found.cluster.name != cluster:
+                raise ParameterError("worker", f"no worker {worker_id!r} of yours on {cluster}")
+            if worker_found.status != WorkerStatus.CONNECTED:
+                raise ParameterError(
+                    "worker", f"worker {worker_id} is {worker_found.status}, not connected"
+                )
+            worker, dedicated = worker_found, False
+        session = Session(
+            name=name,
+            owner=owner,
+            session_type=session_type,
+            worker=worker,
+            dedicated_worker=dedicated,
+        )
+        session.set_secret(secrets.token_urlsafe(24)[: SECRET_LENGTH[SessionType(session_type)]])
+        session.save()
+        lifecycle.record_requested(session)
+        _enqueue_on_commit(START_TASK, session.pk)
+    return session
+
+
+def sessions_visible_to(user: User) -> QuerySet[Session]:
+    """A user's own sessions (staff too: a session acts as its owner)."""
+    return Session.objects.select_related(
+        "worker", "worker__cluster", "worker__environment"
+    ).filter(owner=user)
+
+
+def find_session(user: User, public_id: str) -> Session | None:
+    return sessions_visible_to(user).filter(public_id=public_id).first()
+
+
+def start_session(session_id: int) -> str:
+    """Start a pending session's program if its worker is connected.
+
+    Returns "waiting" (try again later), "running", "failed" or "gone" (nothing to do).
+    """
+    session = (
+        Session.objects.select_related("worker", "worker__cluster", "worker__account")
+        .filter(pk=session_id)
+        .first()
+    )
+    if session is None or session.status != S.PENDING:
+        return "gone"
+    worker = session.worker
+    if worker.status in WORKER_FINISHED:
+        # The signal ends sessions of finished workers; this catches one created meanwhile.
+        lifecycle.end_session(session, reason=worker.status_reason or "Its worker ended")
+        return "gone"
+    if worker.status != WorkerStatus.CONNECTED or not worker.scheduler_job_id:
+        return "waiting"
+    if not lifecycle.claim_start(session):
+        return "gone"
+    try:
+        launched = launch.launch(session)
+    except launch.LaunchFailed as exc:
+        lifecycle.fail_session(session, reason=f"Could not start: {exc}")
+        return "failed"
+    except (SSHError, QueryFailed, SchedulerError, ValueError) as exc:
+        worker.refresh_from_db(fields=["status"])
+        if worker.status == WorkerStatus.CONNECTED:
+            lifecycle.fail_session(session, reason=f"Could not start: {exc}"[:512])
+            return "failed"
+        lifecycle.release_start(session, reason="Waiting for its worker")
+        return "waiting"
+    if not lifecycle.mark_running(
+        session,
+        node_host=launched.host,
+        node_port=launched.port,
+        node_pid=launched.pid,
+        login_cookie=launched.login_cookie,
+    ):
+        # Stopped while it started: the program must not stay behind.
+        session.node_pid = launched.pid
+        _stop_quietly(session)
+        return "gone"
+    return "running"
+
+
+def stop_session(session: Session, *, reason: str = lifecycle.REASON_STOPPED) -> bool:
+    """End a session: its program stops; a dedicated worker is deleted (its job cancelled)."""
+    with transaction.atomic():
+        changed = lifecycle.end_session(session, reason=reason)
+        if session.dedicated_worker:
+            worker = Worker.objects.get(pk=session.worker_id)
+            if worker.status not in WORKER_FINISHED:
+                worker_services.delete_worker(worker)
+        elif changed and session.node_pid is not None:
+            _enqueue_on_commit(STOP_TASK, session.pk)
+    return changed
+
+
+def stop_program(session_id: int) -> None:
+    session = Session.objects.select_related("worker", "worker__cluster", "worker__account").get(
+        pk=session_id
+    )
+    _stop_quietly(session)
+
+
+def _stop_quietly(session: Session) -> None:
+    try:
+        launch.stop(session)
+    except (SSHError, QueryFailed, SchedulerError, ValueError) as exc:
+        # The job may be over already; a program left behind ends with it.
+        log.info("could not stop the program of session %s: %s", session.public_id, exc)
+
+
+def sweep_sessions(now: datetime | None = None) -> int:
+    """Queue starts of pending sessions whose worker is connected; fail starts that died."""
+    now = now or timezone.now()
+    ready = Session.objects.filter(
+        status=S.PENDING, worker__status=WorkerStatus.CONNECTED
+    ).values_list("pk", flat=True)
+    queued = 0
+    for session_id in ready[:200]:
+        _enqueue_on_commit(START_TASK, session_id)
+        queued += 1
+    for session in Session.objects.filter(status=S.STARTING, updated_at__lt=now - START_TIMEOUT):
+        lifecycle.fail_session(session, reason="Could not start: the start was interrupted")
+    return queued
 
 
 def finish_sessions_of_worker(worker_id: int, *, reason: str, failed: bool) -> int:
-    """End every running session on a worker; returns how many changed."""
-    status = SessionStatus.FAILED if failed else SessionStatus.ENDED
-    return Session.objects.filter(worker_id=worker_id, status=SessionStatus.RUNNING).update(
-        status=status, status_reason=reason, ended_at=timezone.now()
-    )
+    """Every live session of a worker that ended: ended, or failed with the worker's reason."""
+    changed = 0
+    for session in Session.objects.filter(worker_id=worker_id, status__in=LIVE):
+        change = lifecycle.fail_session if failed else lifecycle.end_session
+        changed += change(session, reason=reason or "Its worker ended")
+    return changed
 
 
 def delete_sessions_of_worker(worker_id: int) -> int:
-    deleted, _ = Session.objects.filter(worker_id=worker_id).delete()
-    return deleted
+    """A deleted worker's sessions end with it (its job, and so their programs, are cancelled)."""
+    changed = 0
+    for session in Session.objects.filter(worker_id=worker_id, status__in=LIVE):
+        changed += lifecycle.end_session(session, reason=lifecycle.REASON_WORKER_DELETED)
+    return changed

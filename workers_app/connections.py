@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 
+import paramiko
 import redis
 from django.conf import settings
 
@@ -117,6 +118,15 @@ def open_stream(worker: Worker, argv: list[str], *, pty: PtySize | None) -> Stre
     except BaseException:
         _stream_closed(key, connection)
         raise
+
+
+def open_tunnel(worker: Worker, host: str, port: int) -> tuple[SSHConnection, paramiko.Channel]:
+    """A channel to host:port seen from the cluster's login host, as the worker's owner.
+
+    The caller calls ``connection.tunnel_closed()`` once it has closed the channel.
+    """
+    connection = connection_for(worker.cluster, worker.account)
+    return connection, connection.open_tunnel(host, port)
 
 
 def _stream_closed(key: ConnectionKey, connection: SSHConnection) -> None:

@@ -82,6 +82,11 @@ ACTIVATE_EXEC_MAX_OUTPUT = env.integer("ACTIVATE_EXEC_MAX_OUTPUT", 1_048_576, mi
 ACTIVATE_TERMINAL_IDLE_TIMEOUT = env.number("ACTIVATE_TERMINAL_IDLE_TIMEOUT", 3600, minimum=1)
 ACTIVATE_TERMINAL_MAX_DURATION = env.number("ACTIVATE_TERMINAL_MAX_DURATION", 86400, minimum=1)
 ACTIVATE_TERMINALS_PER_USER = env.integer("ACTIVATE_TERMINALS_PER_USER", 10, minimum=1)
+# Sessions: where their programs are found on compute nodes (a command on PATH, or a path).
+ACTIVATE_CODE_SERVER = env.string("ACTIVATE_CODE_SERVER", "code-server")
+ACTIVATE_NOVNC_DIR = env.string("ACTIVATE_NOVNC_DIR", "/usr/share/novnc")
+# Seconds between sweeps that start sessions whose worker connected and fail stuck starts.
+ACTIVATE_SESSION_SWEEP_INTERVAL = env.number("ACTIVATE_SESSION_SWEEP_INTERVAL", 5, minimum=0.1)
 ACTIVATE_PROBE_INTERVAL = env.number("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
 ACTIVATE_RECONCILE_INTERVAL = env.number("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
 # How long a dispatched submission owns a pending worker before the sweep sends it again.
@@ -254,6 +259,7 @@ CELERY_BEAT_SCHEDULE = {
     "dispatch-pending": _beat("workers_app.tasks.dispatch_pending", ACTIVATE_SWEEP_INTERVAL),
     "probe-clusters": _beat("workers_app.tasks.probe_clusters", ACTIVATE_PROBE_INTERVAL),
     "reconcile-jobs": _beat("workers_app.tasks.reconcile_clusters", ACTIVATE_RECONCILE_INTERVAL),
+    "sweep-sessions": _beat("sessions_app.tasks.sweep_sessions", ACTIVATE_SESSION_SWEEP_INTERVAL),
 }
 
 LOGGING = {

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# What sessions run on the test node (this machine): a VNC desktop with noVNC, and code-server.
+#   scripts/session-tools.sh     installs what is missing (needs root or sudo); idempotent
+#
+# Desktop: Debian's TigerVNC, noVNC, websockify and xterm. VS Code: code-server, pinned, built
+# once into $CODE_SERVER_CACHE (outside the repository, kept between CI runs on one machine)
+# and put on PATH as /usr/local/bin/code-server. Its npm post-install steps download binaries
+# and need build headers, so they are skipped and done here by hand with Debian's pieces.
+set -euo pipefail
+CODE_SERVER_VERSION="${CODE_SERVER_VERSION:-4.100.3}"
+CODE_SERVER_CACHE="${CODE_SERVER_CACHE:-/var/cache/activate/code-server}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+
+packages=(tigervnc-standalone-server tigervnc-tools novnc websockify xterm libkrb5-dev ripgrep
+    nodejs npm build-essential python3)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+# nodejs from another source may already bring npm: take what is there.
+if command -v npm >/dev/null; then
+    missing=("${missing[@]/npm/}")
+fi
+if command -v node >/dev/null; then
+    missing=("${missing[@]/nodejs/}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if [ "${#missing[@]}" -gt 0 ]; then
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+target="$CODE_SERVER_CACHE/$CODE_SERVER_VERSION"
+if [ ! -f "$target/.complete" ]; then
+    build="$(mktemp -d)"
+    trap 'rm -rf "$build"' EXIT
+    cd "$build"
+    npm install --no-audit --no-fund --ignore-scripts "code-server@$CODE_SERVER_VERSION" >/dev/null
+    npm rebuild argon2 >/dev/null
+    cd node_modules/code-server/lib/vscode
+    npm install --no-audit --no-fund --omit=dev --ignore-scripts >/dev/null
+    mkdir -p node_modules/@vscode/ripgrep/bin
+    cp "$(command -v rg)" node_modules/@vscode/ripgrep/bin/rg
+    npm_config_yes=true npm rebuild kerberos @parcel/watcher @vscode/deviceid @vscode/spdlog \
+        native-watchdog node-pty >/dev/null
+    # What code-server's postinstall.sh would have made.
+    ln -sfn node_modules node_modules.asar
+    ln -sfn code-linux.sh bin/remote-cli/code-server
+    ln -sfn browser-linux.sh bin/helpers/browser.sh
+    (cd extensions && npm install --no-audit --no-fund --omit=dev --ignore-scripts >/dev/null)
+    cd "$build"
+    $SUDO mkdir -p "$CODE_SERVER_CACHE"
+    $SUDO rm -rf "$target"
+    $SUDO mkdir -p "$target"
+    $SUDO cp -a "$build/node_modules" "$target/node_modules"
+    $SUDO chmod -R a+rX "$target"
+    $SUDO touch "$target/.complete"
+fi
+
+wrapper=/usr/local/bin/code-server
+wanted="#!/bin/sh
+exec node $target/node_modules/code-server/out/node/entry.js \"\$@\""
+if [ "$(cat "$wrapper" 2>/dev/null)" != "$wanted" ]; then
+    printf '%s\n' "$wanted" | $SUDO tee "$wrapper" >/dev/null
+    $SUDO chmod 755 "$wrapper"
+fi
+code-server --version | head -1

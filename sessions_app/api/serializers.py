@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from django.conf import settings
+from rest_framework import serializers
+
+from sessions_app.models import Session, SessionEvent, SessionType
+from sessions_app.statuses import SessionStatus
+from workers_app.api.serializers import ParamsField
+
+
+class SessionSerializer(serializers.ModelSerializer[Session]):
+    id = serializers.CharField(source="public_id", read_only=True)
+    type = serializers.ChoiceField(source="session_type", choices=SessionType.choices)
+    status = serializers.ChoiceField(choices=SessionStatus.choices, read_only=True)
+    reason = serializers.CharField(source="status_reason", read_only=True)
+    cluster = serializers.CharField(source="worker.cluster.name", read_only=True)
+    environment = serializers.SerializerMethodField()
+    partition = serializers.CharField(source="worker.job_partition", read_only=True)
+    worker = serializers.CharField(source="worker.public_id", read_only=True)
+    worker_name = serializers.CharField(source="worker.name", read_only=True)
+    worker_status = serializers.CharField(source="worker.status", read_only=True)
+    node = serializers.CharField(source="worker.node_hostname", read_only=True)
+    job_id = serializers.CharField(source="worker.scheduler_job_id", read_only=True)
+    url = serializers.SerializerMethodField(help_text="Where the browser opens it.")
+
+    class Meta:
+        model = Session
+        fields = [
+            "id",
+            "name",
+            "type",
+            "status",
+            "reason",
+            "cluster",
+            "environment",
+            "partition",
+            "worker",
+            "worker_name",
+            "worker_status",
+            "dedicated_worker",
+            "node",
+            "job_id",
+            "url",
+            "created_at",
+            "started_at",
+            "ended_at",
+        ]
+        read_only_fields = fields
+
+    def get_environment(self, session: Session) -> str | None:
+        environment = session.worker.environment
+        return environment.name if environment is not None else None
+
+    def get_url(self, session: Session) -> str:
+        return settings.ACTIVATE_PUBLIC_URL.rstrip("/") + session.url_path
+
+
+class SessionCreateSerializer(serializers.Serializer[None]):
+    type = serializers.ChoiceField(choices=SessionType.choices)
+    cluster = serializers.CharField(max_length=64, help_text="Cluster name.")
+    environment = serializers.CharField(
+        max_length=64,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="Launch on a new worker of this environment, dedicated to the session.",
+    )
+    worker = serializers.CharField(
+        max_length=16,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="Or run on this connected worker of yours.",
+    )
+    params = ParamsField(required=False, default=dict)
+    name = serializers.CharField(
+        max_length=64,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Letters, digits and underscores; defaults to <type>_<timestamp>.",
+    )
+
+
+class SessionEventSerializer(serializers.ModelSerializer[SessionEvent]):
+    class Meta:
+        model = SessionEvent
+        fields = ["old_status", "new_status", "reason", "at"]
+        read_only_fields = fields

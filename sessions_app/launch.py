@@ -1,0 +1,188 @@
+"""Starting and stopping a session's program on its worker's node, as the worker's owner.
+
+The program runs in a job step of its own (``srun --jobid=ID --overlap`` on Slurm) whose client
+is started detached on the login host, so it outlives the SSH command that started it and
+ends with the session (the launcher is sent SIGTERM) or with the job. Its password goes over
+stdin, never in a command line; the launcher's one line of JSON says where it listens.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+import h11
+import paramiko
+from django.conf import settings
+
+from sessions_app.models import Session, SessionType
+from workers_app.connections import adapter_for_worker, connection_for, open_tunnel
+from workers_app.models import Worker
+from workers_app.schedulers.ssh import SSHError
+
+LAUNCHER = (Path(__file__).parent / "node" / "activate_session.py").read_text()
+READY_WITHIN = 150.0
+POLL_EVERY = 0.5
+COOKIE_NAME = "code-server-session"
+STATE_DIR = "~/.activate/sessions"
+
+
+class LaunchFailed(Exception):
+    """The program could not be started; the message says why, in the user's words."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    host: str
+    port: int
+    pid: int
+    login_cookie: str = ""
+
+
+def _launcher_argv(session: Session) -> list[str]:
+    argv = ["python3", "-c", LAUNCHER, session.session_type]
+    if session.session_type == SessionType.VSCODE:
+        argv += ["--code-server", settings.ACTIVATE_CODE_SERVER]
+    else:
+        argv += ["--novnc", settings.ACTIVATE_NOVNC_DIR]
+    return argv
+
+
+def launch(session: Session) -> Launched:
+    """Start the session's program and wait until its port answers through the tunnel."""
+    worker = session.worker
+    adapter = adapter_for_worker(worker)
+    step = adapter.interactive_command(worker.scheduler_job_id, _launcher_argv(session), pty=False)
+    base = f"{STATE_DIR}/{session.public_id}"
+    # Run from the login host's shell: ~ expands there. The step's client is detached
+    # (setsid, every stream redirected), so the SSH command returns at once.
+    line = (
+        f"umask 077 && mkdir -p {STATE_DIR} && cat > {base}.in && "
+        f"{{ setsid nohup {step} < {base}.in > {base}.out 2>&1 & }}"
+    )
+    connection = connection_for(worker.cluster, worker.account)
+    result = connection.run(["sh", "-c", line], stdin=session.secret() + "\n")
+    if result.exit_status != 0:
+        raise LaunchFailed(f"could not start the program: {result.stderr.strip()[:300]}")
+    try:
+        report = _wait_for_report(worker, base)
+    finally:
+        connection.run(["sh", "-c", f"rm -f {base}.in"])
+    host = worker.node_hostname or str(report.get("host", ""))
+    port, pid = int(str(report["port"])), int(str(report["pid"]))
+    cookie = ""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if session.session_type == SessionType.VSCODE:
+                cookie = _log_in(worker, host, port, session.secret())
+            else:
+                _check_answers(worker, host, port)
+            break
+        except (SSHError, OSError, h11.ProtocolError) as exc:
+            if time.monotonic() > deadline:
+                raise LaunchFailed(
+                    f"the program does not answer through the tunnel: {exc}"
+                ) from exc
+            time.sleep(POLL_EVERY)
+    return Launched(host=host, port=port, pid=pid, login_cookie=cookie)
+
+
+def _wait_for_report(worker: Worker, base: str) -> dict[str, object]:
+    connection = connection_for(worker.cluster, worker.account)
+    deadline = time.monotonic() + READY_WITHIN
+    output = ""
+    while time.monotonic() < deadline:
+        output = connection.run(["sh", "-c", f"cat {base}.out 2>/dev/null"]).stdout
+        for text in output.splitlines():
+            try:
+                report = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(report, dict) and report.get("ready"):
+                return report
+            if isinstance(report, dict) and "error" in report:
+                raise LaunchFailed(str(report["error"])[:300])
+        if "srun: error" in output:
+            raise LaunchFailed(output.strip().splitlines()[-1][:300])
+        time.sleep(POLL_EVERY)
+    tail = output.strip().splitlines()[-1:] or ["no output"]
+    raise LaunchFailed(f"the program did not start within {READY_WITHIN:g} s ({tail[0][:200]})")
+
+
+def stop(session: Session) -> None:
+    """Send the launcher SIGTERM: it ends its programs, and its job step ends with it."""
+    worker = session.worker
+    if session.node_pid is None or not worker.scheduler_job_id:
+        return
+    adapter_for_worker(worker).run_in_job(
+        worker.scheduler_job_id, ["kill", "-TERM", str(session.node_pid)], timeout=30
+    )
+    connection = connection_for(worker.cluster, worker.account)
+    connection.run(["sh", "-c", f"rm -f {STATE_DIR}/{shlex.quote(session.public_id)}.*"])
+
+
+def http_request(
+    channel: paramiko.Channel, method: str, target: str, headers: list[tuple[str, str]], body: bytes
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """One HTTP/1.1 request over a channel, read to its end (blocking)."""
+    client = h11.Connection(h11.CLIENT)
+    sent = client.send(h11.Request(method=method, target=target, headers=headers))
+    sent += client.send(h11.Data(data=body)) if body else b""
+    sent += client.send(h11.EndOfMessage())
+    channel.settimeout(20)
+    channel.sendall(sent)
+    status, response_headers, content = 0, [], b""
+    while True:
+        event = client.next_event()
+        if event is h11.NEED_DATA:
+            client.receive_data(channel.recv(65536))
+        elif isinstance(event, h11.Response):
+            status, response_headers = event.status_code, list(event.headers)
+        elif isinstance(event, h11.Data):
+            content += bytes(event.data)
+        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+            return status, response_headers, content
+
+
+def _request(
+    worker: Worker, host: str, port: int, method: str, target: str, body: bytes = b"", **extra: str
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    connection, channel = open_tunnel(worker, host, port)
+    try:
+        headers = [("Host", f"{host}:{port}"), ("Connection", "close")]
+        headers += [(name.replace("_", "-"), value) for name, value in extra.items()]
+        if body:
+            headers.append(("Content-Length", str(len(body))))
+        return http_request(channel, method, target, headers, body)
+    finally:
+        channel.close()
+        connection.tunnel_closed()
+
+
+def _check_answers(worker: Worker, host: str, port: int) -> None:
+    status, _, _ = _request(worker, host, port, "GET", "/vnc.html")
+    if status != 200:
+        raise OSError(f"noVNC answered {status}")
+
+
+def _log_in(worker: Worker, host: str, port: int, password: str) -> str:
+    """Log in to code-server as the user would; its session cookie is what the proxy sends."""
+    body = urlencode({"password": password}).encode()
+    status, headers, _ = _request(
+        worker,
+        host,
+        port,
+        "POST",
+        "/login",
+        body,
+        Content_Type="application/x-www-form-urlencoded",
+    )
+    for name, value in headers:
+        if name.lower() == b"set-cookie" and value.startswith(COOKIE_NAME.encode() + b"="):
+            return value.decode("latin-1").split(";", 1)[0].split("=", 1)[1]
+    raise OSError(f"code-server did not take its password (answered {status})")

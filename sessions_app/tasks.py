@@ -1,0 +1,29 @@
+"""Celery tasks: thin wrappers over ``sessions_app.services``."""
+
+from __future__ import annotations
+
+from celery import Task, shared_task
+
+from sessions_app import services
+
+# A pending session's worker may wait in the queue for long: back off to this many seconds.
+MAX_RETRY_DELAY = 30
+
+
+@shared_task(bind=True, max_retries=None)
+def start_session(self: Task, session_id: int) -> str:
+    outcome = services.start_session(session_id)
+    if outcome == "waiting":
+        delay = min(MAX_RETRY_DELAY, 0.5 * 1.5 ** min(self.request.retries, 20))
+        raise self.retry(countdown=delay)
+    return outcome
+
+
+@shared_task
+def stop_program(session_id: int) -> None:
+    services.stop_program(session_id)
+
+
+@shared_task
+def sweep_sessions() -> int:
+    return services.sweep_sessions()
