@@ -279,6 +279,36 @@ class SSHConnection:
 
         return Stream(channel, merged=pty is not None, on_close=closed)
 
+    # -- tunnels to compute nodes -----------------------------------------------------------
+
+    def open_tunnel(self, host: str, port: int) -> paramiko.Channel:
+        """A ``direct-tcpip`` channel from the server to host:port (a service on a compute node).
+
+        Counted as in use until ``tunnel_closed``, so the connection is not closed as idle under
+        it; like streams, tunnels do not take the command slots.
+        """
+        transport = self._transport()
+        for attempt in range(2):
+            try:
+                channel = transport.open_channel(
+                    "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=self.connect_timeout
+                )
+                break
+            except paramiko.ChannelException as exc:
+                raise SSHError(f"{self.host} could not reach {host}:{port}: {exc}") from exc
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                if attempt:
+                    raise SSHError(f"cannot open a tunnel through {self.host}: {exc}") from exc
+                transport = self._transport(stale=transport)
+        with self._count_lock:
+            self.in_use += 1
+        return channel
+
+    def tunnel_closed(self) -> None:
+        with self._count_lock:
+            self.in_use -= 1
+            self.last_used = time.monotonic()
+
     # -- commands ---------------------------------------------------------------------------
 
     def run(
