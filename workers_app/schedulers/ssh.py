@@ -531,31 +531,34 @@ class Stream:
     def _read(
         self, on_output: Callable[[int, bytes], None], on_end: Callable[[int | None], None]
     ) -> None:
+        # Blocking reads, a thread per stream: an open terminal costs no wake-ups while idle.
         channel = self._channel
-        channel.settimeout(POLL_INTERVAL)
-        try:
-            while True:
-                try:
-                    data = channel.recv(READ_CHUNK)
-                except TimeoutError:
-                    data = None
-                while not self._merged and channel.recv_stderr_ready():
-                    on_output(STDERR, channel.recv_stderr(READ_CHUNK))
-                if data == b"":
-                    break
-                if data:
-                    on_output(STDOUT, data)
-            channel.settimeout(None)
-            while not self._merged:
-                data = channel.recv_stderr(READ_CHUNK)
-                if not data:
-                    break
-                on_output(STDERR, data)
-            # A channel closed from our side never gets a status: don't wait for one forever.
-            status: int | None = channel.exit_status if channel.status_event.wait(10) else None
-        except (OSError, EOFError, paramiko.SSHException):
-            status = None
+        channel.settimeout(None)
+        stderr = None
+        if not self._merged:
+            stderr = threading.Thread(
+                target=self._pump,
+                args=(channel.recv_stderr, STDERR, on_output),
+                name="stream-stderr",
+                daemon=True,
+            )
+            stderr.start()
+        self._pump(channel.recv, STDOUT, on_output)
+        if stderr is not None:
+            stderr.join()
+        # A channel closed from our side never gets a status: don't wait for one forever.
+        status = channel.exit_status if channel.status_event.wait(10) else None
         on_end(None if status == -1 else status)
+
+    @staticmethod
+    def _pump(
+        recv: Callable[[int], bytes], stream_id: int, on_output: Callable[[int, bytes], None]
+    ) -> None:
+        try:
+            while data := recv(READ_CHUNK):
+                on_output(stream_id, data)
+        except (OSError, EOFError, paramiko.SSHException):
+            return
 
 
 def _forget_counters_after_fork() -> None:
