@@ -123,6 +123,7 @@ def test_an_agent_call_passes_with_the_platforms_host_and_one_request_per_connec
     request = (
         b"POST /agent/v1/heartbeat HTTP/1.1\r\nHost: login1:40123\r\n"
         b"Authorization: Bearer s3cret\r\nConnection: keep-alive\r\n"
+        b"X-Forwarded-Proto: https\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     )
     # A second request on the same connection would dodge the path check: it never passes.
@@ -137,6 +138,7 @@ def test_an_agent_call_passes_with_the_platforms_host_and_one_request_per_connec
     assert b"Host: login1:40123" not in lines
     assert b"Authorization: Bearer s3cret" in lines
     assert b"Connection: close" in lines and b"Connection: keep-alive" not in lines
+    assert b"X-Forwarded-Proto: https" not in lines  # only the platform's own proxy says that
     assert sent_body == body
 
 

@@ -29,8 +29,20 @@ MAX_BODY = 65536
 MAX_RESPONSE = 1048576
 MAX_CONNECTIONS = 256
 IO_TIMEOUT = 15.0
-# Hop-by-hop headers: the relay decides how the connection ends (one request, then close).
-DROPPED_HEADERS = ("connection", "keep-alive", "proxy-connection", "upgrade", "te", "host")
+# Hop-by-hop headers (the relay decides how the connection ends: one request, then close), the
+# Host (the relay names the agents' server) and what only the platform's own proxy may say.
+DROPPED_HEADERS = (
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "upgrade",
+    "te",
+    "host",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+)
 
 
 class Refusal(Exception):
