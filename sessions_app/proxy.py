@@ -11,11 +11,12 @@ own, so a restarted web server simply serves the next one (noVNC reconnects by i
 from __future__ import annotations
 
 import asyncio
+import html
 import logging
 import re
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import h11
 from channels.db import database_sync_to_async
@@ -29,7 +30,7 @@ from websockets.uri import parse_uri
 
 from activate.websocket_auth import Scope
 from sessions_app.launch import COOKIE_NAME
-from sessions_app.models import Session
+from sessions_app.models import Session, SessionType
 from sessions_app.pipe import ChannelPipe
 from sessions_app.services import find_session
 from sessions_app.statuses import SessionStatus
@@ -98,6 +99,7 @@ def _lookup(user: Any, public_id: str) -> tuple[Session | None, str]:
 
 async def _open_pipe(session: Session) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     host, port = _target(session)
+    log.info("session %s: tunnel to %s:%s", session.public_id, host, port)
     connection, channel = await asyncio.to_thread(open_tunnel, session.worker, host, port)
     return await ChannelPipe(channel, connection.tunnel_closed).open()
 
@@ -120,9 +122,11 @@ class SessionHttpProxy:
         if session is None:
             await _plain(send, 404, "Not found.")
             return
-        entry = _entry_url(session)
-        if not rest or (rest == "/" and entry != session.url_path):
-            await _plain(send, 302, "", [(b"location", entry.encode())])
+        if not rest:
+            await _plain(send, 302, "", [(b"location", session.url_path.encode())])
+            return
+        if rest == "/" and session.session_type == SessionType.DESKTOP:
+            await _desktop_page(send, session)
             return
         unsafe = scope["method"] not in ("GET", "HEAD", "OPTIONS")
         if unsafe and scope.get("auth") == "session" and scope.get("origin_refused"):
@@ -148,16 +152,67 @@ class SessionHttpProxy:
             writer.close()
 
 
-def _entry_url(session: Session) -> str:
+# The desktop's page: noVNC in a frame, its password and WebSocket path filled in. noVNC retries a
+# dropped connection once; while the platform restarts that is not enough, so this page watches
+# the frame and, once noVNC has given up and the platform answers again, loads it afresh.
+DESKTOP_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>html,body,iframe{{margin:0;border:0;width:100%;height:100%;overflow:hidden;
+background:#313131}}</style></head>
+<body><iframe id="desktop" src="{src}" allow="clipboard-read; clipboard-write"></iframe>
+<script>
+const frame = document.getElementById("desktop");
+const busy = ["noVNC_connecting", "noVNC_connected", "noVNC_disconnecting", "noVNC_reconnecting"];
+let idle = 0;
+function gaveUp() {{
+  let doc;
+  try {{ doc = frame.contentDocument; }} catch (e) {{ return true; }}
+  if (!doc || doc.readyState !== "complete" || !doc.getElementById("noVNC_status")) return true;
+  return !busy.some((name) => doc.documentElement.classList.contains(name));
+}}
+setInterval(async () => {{
+  idle = gaveUp() ? idle + 1 : 0;
+  if (idle < 2) return;
+  try {{
+    const answer = await fetch("vnc.html", {{method: "HEAD", cache: "no-store"}});
+    if (answer.ok) {{ idle = 0; frame.src = frame.src; }}
+  }} catch (e) {{ /* the platform is still away: try again */ }}
+}}, 1000);
+</script></body></html>
+"""
+
+
+def _novnc_src(session: Session) -> str:
     base = session.url_path
-    if session.session_type == "desktop":
-        # noVNC takes its password and where its WebSocket is from the page's address.
-        query = (
-            f"autoconnect=1&reconnect=1&reconnect_delay=1000&resize=remote"
-            f"&path={quote(base.lstrip('/') + 'websockify')}&password={quote(session.secret())}"
-        )
-        return f"{base}vnc.html?{query}"
-    return base
+    query = urlencode(
+        {
+            "autoconnect": "1",
+            "reconnect": "1",
+            "reconnect_delay": "1000",
+            "resize": "remote",
+            "path": base.lstrip("/") + "websockify",
+            "password": session.secret(),
+        }
+    )
+    return f"{base}vnc.html?{query}"
+
+
+async def _desktop_page(send: Any, session: Session) -> None:
+    body = DESKTOP_PAGE.format(
+        title=html.escape(f"{session.name} (desktop)"), src=html.escape(_novnc_src(session))
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"text/html; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _read_body(receive: Any) -> bytes | None:
@@ -282,16 +337,17 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         public_id = self.scope["url_route"]["kwargs"]["public_id"]
         session, cookie = await _lookup(user, public_id)
         if session is None or self.scope.get("origin_refused"):
-            # Someone else's session (or none): refused before the cluster is asked.
-            await self.close(code=SESSION_NOT_FOUND)
+            # Someone else's session (or none): refused before the cluster is asked. Accepted
+            # first, so the client reads the close code rather than a bare 403.
+            await self.refuse(SESSION_NOT_FOUND)
             return
         if session.status != SessionStatus.RUNNING:
-            await self.close(code=SESSION_UNAVAILABLE)
+            await self.refuse(SESSION_UNAVAILABLE)
             return
         try:
             reader, writer = await _open_pipe(session)
         except SSHError:
-            await self.close(code=SESSION_UNAVAILABLE)
+            await self.refuse(SESSION_UNAVAILABLE)
             return
         self.writer = writer
         rest = "/" + self.scope["url_route"]["kwargs"].get("rest", "")
@@ -322,10 +378,14 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         response = await self._handshake(reader)
         if response is None:
             writer.close()
-            await self.close(code=SESSION_UNAVAILABLE)
+            await self.refuse(SESSION_UNAVAILABLE)
             return
         await self.accept(subprotocol=response.headers.get("Sec-WebSocket-Protocol"))
         self.pump_task = asyncio.create_task(self._pump(reader))
+
+    async def refuse(self, code: int) -> None:
+        await self.accept()
+        await self.close(code=code)
 
     async def _flush(self) -> None:
         assert self.protocol is not None and self.writer is not None
@@ -337,17 +397,20 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         await self.writer.drain()
 
     async def _handshake(self, reader: asyncio.StreamReader) -> Response | None:
+        """The program's answer to the handshake; frames that came with it are kept."""
         assert self.protocol is not None
-        while True:
+        response: Response | None = None
+        while response is None:
             data = await reader.read(65536)
             if not data:
                 return None
             self.protocol.receive_data(data)
             for event in self.protocol.events_received():
                 if isinstance(event, Response):
-                    return event if self.protocol.handshake_exc is None else None
-                if isinstance(event, Frame):
+                    response = event
+                elif isinstance(event, Frame):
                     self.pending_frames.append(event)
+        return response if self.protocol.handshake_exc is None else None
 
     @property
     def pending_frames(self) -> list[Frame]:

@@ -1,0 +1,210 @@
+"""pw sessions create|ls|get|stop: remote desktops and VS Code on workers, in the browser."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import webbrowser
+from typing import Any
+from urllib.parse import quote
+
+from activate_cli.client import ApiClient
+from activate_cli.errors import CliError, Interrupted, Unreachable
+from activate_cli.output import cell, emit, pairs, table, when
+from activate_cli.workers import WAIT_OUTAGE_SECONDS, parse_param, poll_interval
+
+# Session statuses as the API names them; a test checks them against its schema.
+PENDING = "pending"
+STARTING = "starting"
+RUNNING = "running"
+ENDED = "ended"
+FAILED = "failed"
+SESSION_STATUSES = (PENDING, STARTING, RUNNING, ENDED, FAILED)
+SESSION_TYPES = ("desktop", "vscode")
+
+Session = dict[str, Any]
+
+
+def session_path(session_id: str) -> str:
+    return f"/sessions/{quote(session_id, safe='')}/"
+
+
+def not_found(session_id: str) -> str:
+    return f"session {session_id} not found"
+
+
+def render_session(session: Session) -> str:
+    return pairs(
+        [
+            ("ID", cell(session["id"])),
+            ("Name", cell(session.get("name"))),
+            ("Type", cell(session.get("type"))),
+            ("Status", cell(session.get("status"))),
+            ("Reason", cell(session.get("reason"))),
+            ("URL", cell(session.get("url"))),
+            ("Cluster", cell(session.get("cluster"))),
+            ("Environment", cell(session.get("environment"))),
+            ("Partition", cell(session.get("partition"))),
+            ("Node", cell(session.get("node"))),
+            ("Job ID", cell(session.get("job_id"))),
+            ("Worker", cell(session.get("worker"))),
+            ("Worker status", cell(session.get("worker_status"))),
+            ("Dedicated worker", cell(session.get("dedicated_worker"))),
+            ("Created", when(session.get("created_at"))),
+            ("Started", when(session.get("started_at"))),
+            ("Ended", when(session.get("ended_at"))),
+        ]
+    )
+
+
+def render_sessions(sessions: list[Session]) -> str:
+    headers = ["ID", "NAME", "TYPE", "STATUS", "CLUSTER", "WORKER", "NODE", "REASON"]
+    rows = [
+        [
+            cell(s["id"]),
+            cell(s.get("name")),
+            cell(s.get("type")),
+            cell(s.get("status")),
+            cell(s.get("cluster")),
+            cell(s.get("worker")),
+            cell(s.get("node")),
+            cell(s.get("reason")),
+        ]
+        for s in sessions
+    ]
+    return table(headers, rows)
+
+
+def progress_line(session: Session) -> str:
+    line = f"{session['id']}: {session['status']}"
+    if session["status"] == PENDING and session.get("worker_status"):
+        line += f" (worker {session['worker']} {session['worker_status']})"
+    if session.get("reason"):
+        line += f": {session['reason']}"
+    return line
+
+
+def wait_running(client: ApiClient, session: Session) -> Session:
+    interval = poll_interval()
+    shown = ""
+    outage_since: float | None = None
+    while True:
+        line = progress_line(session)
+        if line != shown:
+            print(line, file=sys.stderr, flush=True)
+            shown = line
+        if session["status"] == RUNNING:
+            return session
+        if session["status"] in (ENDED, FAILED):
+            reason = session.get("reason") or "no reason given"
+            raise CliError(f"session {session['id']} {session['status']}: {reason}")
+        time.sleep(interval)
+        try:
+            session = client.get(session_path(session["id"]), not_found=not_found(session["id"]))
+            outage_since = None
+        except Unreachable as exc:
+            now = time.monotonic()
+            if outage_since is None:
+                outage_since = now
+                print(f"{exc}; still trying", file=sys.stderr, flush=True)
+            elif now - outage_since > WAIT_OUTAGE_SECONDS:
+                raise
+
+
+def open_in_browser(session: Session) -> None:
+    if not webbrowser.open(session["url"]):
+        print(f"open {session['url']} in your browser", file=sys.stderr)
+
+
+def create(client: ApiClient, args: argparse.Namespace) -> int:
+    if bool(args.environment) == bool(args.worker):
+        raise CliError("give --environment ENV or --worker ID (one of them)")
+    body: dict[str, Any] = {"type": args.type, "cluster": args.cluster}
+    if args.environment:
+        body["environment"] = args.environment
+        body["params"] = dict(args.param or [])
+    else:
+        if args.param:
+            raise CliError("--param applies to a new worker, not to --worker")
+        body["worker"] = args.worker
+    if args.name:
+        body["name"] = args.name
+    session = client.post("/sessions/", body)
+    if args.wait or args.open:
+        try:
+            session = wait_running(client, session)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"stopped waiting; session {session['id']} is still starting "
+                f"(stop it with: pw sessions stop {session['id']})"
+            ) from None
+        if args.open:
+            open_in_browser(session)
+    emit(sys.stdout, session, args.output, render_session)
+    return 0
+
+
+def list_sessions(client: ApiClient, args: argparse.Namespace) -> int:
+    params = {k: v for k, v in (("status", args.status), ("worker", args.worker)) if v}
+    emit(sys.stdout, client.list_all("/sessions/", params=params), args.output, render_sessions)
+    return 0
+
+
+def get(client: ApiClient, args: argparse.Namespace) -> int:
+    session = client.get(session_path(args.id), not_found=not_found(args.id))
+    if args.open:
+        if session["status"] != RUNNING:
+            raise CliError(f"session {args.id} is {session['status']}, not running")
+        open_in_browser(session)
+    emit(sys.stdout, session, args.output, render_session)
+    return 0
+
+
+def stop(client: ApiClient, args: argparse.Namespace) -> int:
+    session = client.delete(session_path(args.id), not_found=not_found(args.id))
+    emit(sys.stdout, session, args.output, render_session)
+    return 0
+
+
+def add_parser(
+    commands: Any, common: argparse.ArgumentParser, output: argparse.ArgumentParser
+) -> None:
+    sessions = commands.add_parser(
+        "sessions", help="remote desktops and VS Code on workers", parents=[common]
+    )
+    sub = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    p = sub.add_parser("create", help="launch a session", parents=[common, output])
+    p.add_argument("cluster", metavar="CLUSTER")
+    p.add_argument("--type", "-t", required=True, choices=SESSION_TYPES)
+    p.add_argument("--environment", "-e", metavar="ENV", help="on a new worker of ENV")
+    p.add_argument("--worker", "-w", metavar="ID", help="on this connected worker of yours")
+    p.add_argument(
+        "--param",
+        "-p",
+        action="append",
+        type=parse_param,
+        metavar="KEY=VALUE",
+        help="a scheduling field of the new worker, e.g. walltime=04:00:00 (repeatable)",
+    )
+    p.add_argument("--name", default="", help="letters, digits, underscores; default TYPE_TIME")
+    p.add_argument("--wait", action="store_true", help="wait until it is running")
+    p.add_argument("--open", action="store_true", help="wait, then open it in your browser")
+    p.set_defaults(run=create)
+
+    p = sub.add_parser("ls", help="list your sessions", parents=[common, output])
+    p.add_argument("--status", choices=SESSION_STATUSES)
+    p.add_argument("--worker", metavar="ID")
+    p.set_defaults(run=list_sessions)
+
+    p = sub.add_parser("get", help="show one session", parents=[common, output])
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--open", action="store_true", help="open it in your browser")
+    p.set_defaults(run=get)
+
+    p = sub.add_parser(
+        "stop", help="stop a session (and a worker launched for it)", parents=[common, output]
+    )
+    p.add_argument("id", metavar="ID")
+    p.set_defaults(run=stop)

@@ -1,0 +1,240 @@
+"""Sessions end to end: a remote desktop and VS Code on a worker's node, opened in headless
+Chromium through the platform's proxy, on the real Slurm over real SSH, as the owner's account."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from harness import REPO
+from harness.cluster import SshTarget
+from harness.platform import Platform
+from harness.waiting import wait_for
+from sessions_app.models import Session
+from tests.e2e.conftest import pw_runner
+from workers_app.models import ApiKey, Environment, EnvironmentField
+
+pytestmark = [pytest.mark.slurm, pytest.mark.live]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+SCREENSHOTS = REPO / "data" / "screenshots" / "sessions"
+PASSWORD = "pw-sessions-123"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def session_tools() -> None:
+    """What sessions run on the node (this machine): scripts/session-tools.sh, cached."""
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "session-tools.sh")], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        pytest.fail(f"scripts/session-tools.sh failed:\n{result.stderr[-3000:]}")
+
+
+@pytest.fixture
+def session_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
+    with Platform(workdir=tmp_path).running() as running:
+        yield running
+
+
+@pytest.fixture
+def alice(transactional_db: None) -> User:
+    return get_user_model().objects.create_user("alice", password=PASSWORD)
+
+
+@pytest.fixture
+def environment(make_cluster: Any, ssh_target: SshTarget, alice: User) -> Environment:
+    cluster = make_cluster(name="sessions", shared=False)
+    compute = Environment.objects.create(
+        cluster=cluster, name="compute", partition=ssh_target.partition
+    )
+    EnvironmentField.objects.create(
+        environment=compute, name="walltime", directive="--time={value}", default="00:15:00"
+    )
+    return compute
+
+
+@pytest.fixture
+def pw(
+    session_platform: Platform,
+    alice: User,
+    environment: Environment,
+    ssh_target: SshTarget,
+    tmp_path: Path,
+) -> Any:
+    run = pw_runner(session_platform, alice, tmp_path / "alice")
+    remote = sorted(ssh_target.accounts)[0]
+    key_file = ssh_target.accounts[remote]
+    connect_account = run(
+        "cluster", "connect", "sessions", "--user", remote, "--key-file", key_file
+    )
+    assert connect_account.returncode == 0, connect_account.stderr
+    return run
+
+
+@pytest.fixture
+def chromium() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+def logged_in_page(chromium: Any, platform: Platform, username: str) -> Any:
+    page = chromium.new_context(viewport={"width": 1280, "height": 860}).new_page()
+    page.goto(platform.url + "/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button:has-text('Log in')")
+    page.wait_for_url(platform.url + "/workers/")
+    return page
+
+
+def shot(page: Any, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
+
+
+def in_squeue(job_id: str) -> bool:
+    out = subprocess.run(
+        ["squeue", "-h", "-j", job_id, "-o", "%i"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return job_id in out.split()
+
+
+def created(pw: Any, *args: str) -> tuple[dict[str, Any], float]:
+    started = time.monotonic()
+    result = pw("sessions", "create", *args, "--wait", "-o", "json", timeout=300)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    session = json.loads(result.stdout)
+    assert session["status"] == "running", session
+    print(f"{args[1]} session running {took:.1f} s after `pw sessions create`")
+    return session, took
+
+
+def novnc(page: Any) -> Any:
+    """The frame noVNC runs in, inside the platform's desktop page."""
+    return next(f for f in page.frames if "vnc.html" in f.url)
+
+
+def desktop_connected(page: Any) -> bool:
+    # noVNC draws the remote screen into a canvas once the VNC handshake (with the password the
+    # platform put in the page's address) has succeeded.
+    return bool(
+        novnc(page).evaluate(
+            """() => {
+                const c = document.querySelector('#noVNC_container canvas, canvas');
+                if (!c || c.width < 100) return false;
+                return document.documentElement.classList.contains('noVNC_connected');
+            }"""
+        )
+    )
+
+
+def distinct_colours(page: Any) -> int:
+    return int(
+        novnc(page).evaluate(
+            """() => {
+                const c = document.querySelector('#noVNC_container canvas, canvas');
+                const x = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                const seen = new Set();
+                for (let i = 0; i < x.length; i += 4 * 97) seen.add(x[i] << 16 | x[i+1] << 8 | x[i+2]);
+                return seen.size;
+            }"""
+        )
+    )
+
+
+def showing(page: Any, platform: Platform, name: str) -> None:
+    """Wait until noVNC shows the remote screen; on failure, what the page showed and the logs."""
+    try:
+        wait_for(lambda: desktop_connected(page) and distinct_colours(page) > 1, timeout=60)
+    except TimeoutError:
+        shot(page, f"{name}-failed")
+        pytest.fail(f"no desktop at {page.url}\n{platform.logs()[-6000:]}")
+
+
+def test_a_desktop_on_an_environment_opens_in_the_browser_survives_a_web_restart_and_stops(
+    session_platform: Platform, pw: Any, chromium: Any, other_user: User
+) -> None:
+    # Given: alice launches a desktop on an environment (a worker is requested for it alone).
+    session, _ = created(pw, "--type", "desktop", "sessions", "--environment", "compute")
+    assert session["dedicated_worker"] is True and session["url"].endswith(f"/s/{session['id']}/")
+    job_id = session["job_id"]
+    assert in_squeue(job_id)
+
+    # When: she opens its URL in the browser.
+    page = logged_in_page(chromium, session_platform, "alice")
+    page.goto(session["url"])
+    showing(page, session_platform, "desktop-1-open")
+    time.sleep(1)
+    # Then: the remote desktop (a terminal on the node's X server) is on the screen.
+    shot(page, "desktop-1-open")
+    assert distinct_colours(page) > 1
+
+    # Another user asking for the same URL gets 404, and nothing reaches the node.
+    tunnels = session_platform.log_count("tunnel to")
+    _, bobs_key = ApiKey.issue(other_user)
+    answer = httpx.get(session["url"] + "vnc.html", headers={"Authorization": f"Bearer {bobs_key}"})
+    assert answer.status_code == 404
+    ws_url = session["url"].replace("http://", "ws://") + "websockify"
+    with _closed_with(4404):
+        with connect(ws_url, additional_headers={"Authorization": f"Bearer {bobs_key}"}) as ws:
+            ws.recv(timeout=10)
+    assert session_platform.log_count("tunnel to") == tunnels
+
+    # When: the web server restarts while the desktop is open.
+    pid_before = Session.objects.get(public_id=session["id"]).node_pid
+    session_platform.stop("web")
+    session_platform.start_web()
+    # Then: the page reconnects by itself and shows the same desktop.
+    time.sleep(3)
+    showing(page, session_platform, "desktop-2-after-web-restart")
+    shot(page, "desktop-2-after-web-restart")
+    after = Session.objects.get(public_id=session["id"])
+    assert (after.status, after.node_pid) == ("running", pid_before)
+
+    # When: she stops it. Then: it ends, and its worker's job leaves squeue.
+    stopped = pw("sessions", "stop", session["id"], "-o", "json")
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout)["status"] == "ended"
+    wait_for(lambda: not in_squeue(job_id), timeout=60)
+
+
+class _closed_with:
+    """The socket is refused with this close code."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        assert isinstance(exc, ConnectionClosed), exc
+        assert exc.rcvd is not None and exc.rcvd.code == self.code, exc
+        return True
