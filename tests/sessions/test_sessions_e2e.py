@@ -238,3 +238,31 @@ class _closed_with:
         assert isinstance(exc, ConnectionClosed), exc
         assert exc.rcvd is not None and exc.rcvd.code == self.code, exc
         return True
+
+
+def test_vscode_on_an_environment_loads_its_workbench_through_the_proxy_without_a_password(
+    session_platform: Platform, pw: Any, chromium: Any
+) -> None:
+    # Given: alice launches VS Code on an environment.
+    session, _ = created(pw, "--type", "vscode", "sessions", "--environment", "compute")
+    job_id = session["job_id"]
+
+    # When: she opens its URL.
+    page = logged_in_page(chromium, session_platform, "alice")
+    page.goto(session["url"])
+    try:
+        page.wait_for_selector(".monaco-workbench", timeout=90_000)
+        # The explorer lists her home folder on the node: the workbench talks to its server.
+        page.wait_for_selector(".explorer-folders-view, .monaco-list", timeout=60_000)
+    except Exception:
+        shot(page, "vscode-failed")
+        raise
+    time.sleep(2)
+    shot(page, "vscode-1-workbench")
+    # Then: the editor's workbench is there, and no password was asked for.
+    assert page.locator("input[type=password]").count() == 0
+    assert "/login" not in page.url
+
+    stopped = pw("sessions", "stop", session["id"], "-o", "json")
+    assert stopped.returncode == 0, stopped.stderr
+    wait_for(lambda: not in_squeue(job_id), timeout=60)
