@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +128,17 @@ def test_agents_told_only_the_relay_connect_and_stay_connected_through_drops(
         assert f"ACTIVATE_URL=http://{relay.address}".encode() in environ.split(b"\0")
         assert HIDDEN_AGENTS_HOST.encode() not in environ
         assert str(platform.agent_port).encode() not in environ
+        # Nor does the job script Slurm keeps (it is what every step of the job starts from).
+        worker.refresh_from_db()
+        script = subprocess.run(
+            ["scontrol", "write", "batch_script", worker.scheduler_job_id, "-"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        assert f"ACTIVATE_URL=http://{relay.address}" in script
+        assert HIDDEN_AGENTS_HOST not in script and str(platform.agent_port) not in script
     events_before = changes(workers)
     hold_and_watch(workers, HEARTBEAT_TIMEOUT + 2)
 
