@@ -19,12 +19,13 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from harness import REPO
+from harness.agents import freeze_agent, thaw
 from harness.cluster import SshTarget
 from harness.platform import Platform
 from harness.waiting import wait_for
 from sessions_app.models import Session
 from tests.e2e.conftest import pw_runner
-from workers_app.models import ApiKey, Environment, EnvironmentField
+from workers_app.models import ApiKey, Environment, EnvironmentField, Worker
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 
@@ -162,7 +163,9 @@ def distinct_colours(page: Any) -> int:
                 const c = document.querySelector('#noVNC_container canvas, canvas');
                 const x = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
                 const seen = new Set();
-                for (let i = 0; i < x.length; i += 4 * 97) seen.add(x[i] << 16 | x[i+1] << 8 | x[i+2]);
+                for (let i = 0; i < x.length; i += 4 * 97) {
+                    seen.add(x[i] << 16 | x[i + 1] << 8 | x[i + 2]);
+                }
                 return seen.size;
             }"""
         )
@@ -266,3 +269,71 @@ def test_vscode_on_an_environment_loads_its_workbench_through_the_proxy_without_
     stopped = pw("sessions", "stop", session["id"], "-o", "json")
     assert stopped.returncode == 0, stopped.stderr
     wait_for(lambda: not in_squeue(job_id), timeout=60)
+
+
+def worker_of(pw: Any) -> str:
+    result = pw("workers", "create", "sessions", "--environment", "compute", "--wait", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return str(json.loads(result.stdout)["id"])
+
+
+def session_state(session_id: str) -> Session:
+    return Session.objects.select_related("worker").get(public_id=session_id)
+
+
+def alive(pid: int | None) -> bool:
+    try:
+        os.kill(pid or 0, 0) if pid else None
+    except ProcessLookupError:
+        return False
+    return bool(pid)
+
+
+def test_sessions_on_an_existing_worker_outlive_a_neighbour_and_end_with_their_worker(
+    session_platform: Platform, pw: Any, alice: User
+) -> None:
+    # Given: two desktops on one connected worker of alice's.
+    worker_id = worker_of(pw)
+    first, _ = created(pw, "--type", "desktop", "sessions", "--worker", worker_id)
+    second, _ = created(pw, "--type", "desktop", "sessions", "--worker", worker_id)
+    assert first["dedicated_worker"] is False and first["worker"] == worker_id
+    assert first["node"] == second["node"] and first["job_id"] == second["job_id"]
+    first_pid = session_state(first["id"]).node_pid
+
+    # When: she stops the first.
+    stopped = pw("sessions", "stop", first["id"], "-o", "json")
+    assert stopped.returncode == 0, stopped.stderr
+
+    # Then: its program is gone, the second still answers, and the worker stays connected.
+    wait_for(lambda: not alive(first_pid), timeout=30)
+    _, key = ApiKey.issue(alice)
+    auth = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(second["url"] + "vnc.html", headers=auth, timeout=30).status_code == 200
+    assert session_state(second["id"]).status == "running"
+    assert Worker.objects.get(public_id=worker_id).status == "connected"
+    listed = json.loads(pw("sessions", "ls", "--worker", worker_id, "-o", "json").stdout)
+    assert {s["id"]: s["status"] for s in listed} == {first["id"]: "ended", second["id"]: "running"}
+
+    # When: she deletes the worker. Then: the second session ends with it.
+    deleted = pw("workers", "delete", worker_id)
+    assert deleted.returncode == 0, deleted.stderr
+    after = session_state(second["id"])
+    assert (after.status, after.status_reason) == ("ended", "Its worker was deleted")
+    assert httpx.get(second["url"] + "vnc.html", headers=auth, timeout=30).status_code == 503
+
+
+def test_freezing_the_workers_agent_fails_its_session_with_worker_disconnected(
+    session_platform: Platform, pw: Any
+) -> None:
+    worker_id = worker_of(pw)
+    session, _ = created(pw, "--type", "desktop", "sessions", "--worker", worker_id)
+    frozen = freeze_agent(worker_id)
+    assert frozen, "no agent found for the worker"
+    try:
+        wait_for(lambda: session_state(session["id"]).status != "running", timeout=60)
+    finally:
+        thaw(frozen)
+    after = session_state(session["id"])
+    assert (after.status, after.status_reason) == ("failed", "Worker disconnected")
+    shown = json.loads(pw("sessions", "get", session["id"], "-o", "json").stdout)
+    assert (shown["status"], shown["reason"]) == ("failed", "Worker disconnected")
