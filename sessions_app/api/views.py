@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -34,6 +34,19 @@ def _user(request: Request) -> User:
     return request.user
 
 
+@extend_schema_view(
+    list=extend_schema(
+        description="Your sessions, newest first.",
+        parameters=[
+            OpenApiParameter("status", enum=SessionStatus.values, description="Only these."),
+            OpenApiParameter("worker", str, description="Only sessions on this worker (its id)."),
+        ],
+        responses={200: SessionSerializer(many=True), **NOT_AUTHENTICATED},
+    ),
+    retrieve=extend_schema(
+        description="One session, with its URL.", responses={200: SessionSerializer, **NOT_FOUND}
+    ),
+)
 class SessionViewSet(
     ApiErrorsMixin,
     mixins.ListModelMixin,
