@@ -7,7 +7,7 @@ TEST_DB ?= activate
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/$(TEST_DB)
 export TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run demo test venv services cluster browser lint typecheck pytest bench drills clean
+.PHONY: run demo test venv services cluster browser session-tools lint typecheck pytest bench drills clean
 
 $(BIN)/activate-installed: pyproject.toml cli/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ browser:
 cluster:
 	bash scripts/testcluster.sh up
 
+# What sessions run on the test node: TigerVNC, noVNC, websockify, xterm, code-server (cached).
+session-tools:
+	bash scripts/session-tools.sh
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -45,7 +49,7 @@ typecheck: venv
 pytest: venv
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
-test: venv services cluster browser lint typecheck pytest
+test: venv services cluster browser session-tools lint typecheck pytest
 
 # Benchmarks and drills own their database and Redis number: they delete the workers in them.
 bench: venv services cluster

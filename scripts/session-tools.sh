@@ -14,19 +14,14 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 
 packages=(tigervnc-standalone-server tigervnc-tools novnc websockify xterm libkrb5-dev ripgrep
-    nodejs npm build-essential python3)
+    build-essential python3)
+# Node.js 20 from another source may already be there (with its npm): then it is used.
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 missing=()
 for package in "${packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
 done
-# nodejs from another source may already bring npm: take what is there.
-if command -v npm >/dev/null; then
-    missing=("${missing[@]/npm/}")
-fi
-if command -v node >/dev/null; then
-    missing=("${missing[@]/nodejs/}")
-fi
-missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 if [ "${#missing[@]}" -gt 0 ]; then
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
@@ -66,4 +61,4 @@ if [ "$(cat "$wrapper" 2>/dev/null)" != "$wanted" ]; then
     printf '%s\n' "$wanted" | $SUDO tee "$wrapper" >/dev/null
     $SUDO chmod 755 "$wrapper"
 fi
-code-server --version | head -1
+code-server --version 2>/dev/null | head -1
