@@ -390,18 +390,25 @@ class SlurmAdapter(SchedulerAdapter):
             return [outcome for chunk in pool.map(self._submit_chunk, chunks) for outcome in chunk]
 
     def _submit_chunk(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
+        # A spec refused here (check_spec) is that job's outcome; the others still go.
+        refused: dict[int, SchedulerError] = {}
         lines = []
-        for spec in specs:
-            script = base64.b64encode(self.render_script(spec).encode()).decode()
+        for index, spec in enumerate(specs):
+            try:
+                script = base64.b64encode(self.render_script(spec).encode()).decode()
+            except SchedulerError as exc:
+                refused[index] = exc
+                continue
             lines.append(f"{spec.name} {spec.partition or '-'} {script}\n")
-        result = self._run(["sh", "-c", SUBMIT_LOOP], stdin="".join(lines))
-        outcomes = parse_submit_loop(result.stdout, self)
-        missing = len(specs) - len(outcomes)
-        # The loop stopped early (killed, cut off): those jobs may or may not exist.
-        outcomes += [
-            SchedulerUnavailable(f"no answer for this job's sbatch: {result.stderr.strip()[:200]}")
-        ] * missing
-        return outcomes[: len(specs)]
+        sent: list[str | SchedulerError] = []
+        if lines:
+            result = self._run(["sh", "-c", SUBMIT_LOOP], stdin="".join(lines))
+            sent = parse_submit_loop(result.stdout, self)[: len(lines)]
+            # The loop stopped early (killed, cut off): those jobs may or may not exist.
+            unknown = f"no answer for this job's sbatch: {result.stderr.strip()[:200]}"
+            sent += [SchedulerUnavailable(unknown) for _ in range(len(lines) - len(sent))]
+        answers = iter(sent)
+        return [refused[i] if i in refused else next(answers) for i in range(len(specs))]
 
     def query(self, job_ids: list[str]) -> QueryResult:
         bad = [job_id for job_id in job_ids if not JOB_ID.fullmatch(job_id)]
