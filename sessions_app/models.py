@@ -80,6 +80,15 @@ class Session(models.Model):
         return decrypt_private_key(self.login_cookie_encrypted)
 
     @property
+    def badge(self) -> str:
+        """The workers' pages' badge colour that says the same thing."""
+        return {
+            SessionStatus.RUNNING: "connected",
+            SessionStatus.ENDED: "stopped",
+            SessionStatus.FAILED: "error",
+        }.get(SessionStatus(self.status), str(self.status))
+
+    @property
     def url_path(self) -> str:
         """Where the browser reaches it through the platform's proxy."""
         return f"/s/{self.public_id}/"

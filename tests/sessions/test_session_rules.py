@@ -170,3 +170,22 @@ def test_the_proxy_answers_404_for_another_users_session_and_opens_no_tunnel(
     assert (socket["type"], socket["code"]) == ("websocket.close", 4404)
     anonymous = proxied(f"/s/{session.public_id}/vnc.html", [(b"host", b"testserver")], "http")
     assert anonymous["status"] == 302
+
+
+def test_the_sessions_pages_list_launch_targets_and_hide_other_users_sessions(
+    user: Any, other_user: Any, client: Any
+) -> None:
+    worker = connected_worker(user)
+    session = session_on(worker, status=S.RUNNING)
+    client.force_login(user)
+    listing = client.get("/sessions/").content.decode()
+    assert f"{worker.name} (connected)" in listing and "Run on existing worker" in listing
+    assert f"env:{worker.cluster.name}/{worker.environment.name}" in listing
+    details = client.get(f"/sessions/{session.public_id}/").content.decode()
+    for label in ("Environment", "Partition", "Node hostname", "Scheduler job ID", "Worker"):
+        assert f"<dt>{label}</dt>" in details
+    assert f'href="/s/{session.public_id}/"' in details
+    client.force_login(other_user)
+    assert client.get(f"/sessions/{session.public_id}/").status_code == 404
+    assert client.post(f"/sessions/{session.public_id}/stop/").status_code == 404
+    assert session.public_id not in client.get("/sessions/").content.decode()

@@ -1,0 +1,130 @@
+"""The Sessions pages: thin views over sessions_app.services.
+
+Sessions are looked up through the user's own queryset, so another user's session is a 404.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from sessions_app import services
+from sessions_app.models import Session, SessionType
+from workers_app.models import Cluster, Environment, Worker
+from workers_app.pages.views import login_required_page
+from workers_app.params import ParameterError
+from workers_app.services import workers_visible_to
+from workers_app.statuses import WorkerStatus
+
+LIST_SIZE = 100
+
+
+@dataclass(frozen=True)
+class TargetGroup:
+    """One cluster in the launch form's Target list: its environments and connected workers."""
+
+    cluster: Cluster
+    environments: list[Environment]
+    workers: list[Worker]
+
+
+def _user(request: HttpRequest) -> User:
+    assert isinstance(request.user, User)  # login_required_page ran
+    return request.user
+
+
+def _connected_workers(user: User) -> list[Worker]:
+    workers = workers_visible_to(user).filter(owner=user, status=WorkerStatus.CONNECTED)
+    return list(workers.select_related("cluster").order_by("cluster__name", "name"))
+
+
+def target_groups(user: User) -> list[TargetGroup]:
+    workers = _connected_workers(user)
+    groups = []
+    for cluster in Cluster.objects.order_by("name").prefetch_related("environments"):
+        environments = sorted(
+            (e for e in cluster.environments.all() if e.is_active), key=lambda e: e.name
+        )
+        mine = [w for w in workers if w.cluster_id == cluster.pk]
+        if environments or mine:
+            groups.append(TargetGroup(cluster=cluster, environments=environments, workers=mine))
+    return groups
+
+
+def _find(user: User, public_id: str) -> Session:
+    session = services.find_session(user, public_id)
+    if session is None:
+        raise Http404("No such session.")
+    return session
+
+
+@require_GET
+@login_required_page
+def sessions(request: HttpRequest) -> HttpResponse:
+    user = _user(request)
+    return render(
+        request,
+        "sessions_app/list.html",
+        {
+            "sessions": services.sessions_visible_to(user).order_by("-created_at")[:LIST_SIZE],
+            "groups": target_groups(user),
+            "workers": _connected_workers(user),
+            "types": SessionType.choices,
+        },
+    )
+
+
+@require_GET
+@login_required_page
+def sessions_table(request: HttpRequest) -> HttpResponse:
+    user = _user(request)
+    listed = services.sessions_visible_to(user).order_by("-created_at")[:LIST_SIZE]
+    return render(request, "sessions_app/_table.html", {"sessions": listed})
+
+
+@require_POST
+@login_required_page
+def launch(request: HttpRequest) -> HttpResponse:
+    """Target is ``env:<cluster>/<environment>`` or ``worker:<cluster>/<worker id>``."""
+    kind, _, where = request.POST.get("target", "").partition(":")
+    cluster, _, name = where.partition("/")
+    try:
+        if kind not in ("env", "worker") or not cluster or not name:
+            raise ParameterError("target", "choose an environment or a connected worker")
+        session = services.create_session(
+            owner=_user(request),
+            session_type=request.POST.get("type", ""),
+            cluster=cluster,
+            environment=name if kind == "env" else "",
+            worker_id=name if kind == "worker" else "",
+            name=request.POST.get("name", ""),
+        )
+    except ParameterError as exc:
+        messages.error(request, f"{exc.field.capitalize()}: {exc.message}")
+        return redirect(reverse("sessions:sessions"))
+    return redirect(reverse("sessions:session", args=[session.public_id]))
+
+
+@require_GET
+@login_required_page
+def session_details(request: HttpRequest, public_id: str) -> HttpResponse:
+    session = _find(_user(request), public_id)
+    template = (
+        "sessions_app/_details.html" if request.GET.get("part") else "sessions_app/details.html"
+    )
+    return render(request, template, {"session": session})
+
+
+@require_POST
+@login_required_page
+def stop(request: HttpRequest, public_id: str) -> HttpResponse:
+    session = _find(_user(request), public_id)
+    services.stop_session(session)
+    messages.info(request, f"Session {session.name} stopped.")
+    return redirect(reverse("sessions:session", args=[session.public_id]))
