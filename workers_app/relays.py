@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -261,21 +261,28 @@ class RelayKeeper:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT * 3)
         self._close()
+        # A keeper that lost its lease says nothing more: the row is its successor's now.
+        if self.lease.held():
+            _note(
+                self.cluster_id,
+                state=state,
+                last_error=why,
+                forwarded_port=None,
+                updated_at=timezone.now(),
+            )
+            log.info("relay of %s %s: %s", self.cluster.name, state, why)
         self.lease.release()
-        _note(
-            self.cluster_id,
-            state=state,
-            last_error=why,
-            forwarded_port=None,
-            updated_at=timezone.now(),
-        )
-        log.info("relay of %s %s: %s", self.cluster.name, state, why)
 
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                if not self.step():
-                    break
+                close_old_connections()
+                try:
+                    if not self.step():
+                        break
+                except DatabaseError as exc:
+                    # What operators see could not be written; the relay itself is unaffected.
+                    log.warning("relay of %s: %s", self.cluster.name, exc)
                 self._wait(settings.ACTIVATE_RELAY_CHECK_INTERVAL)
         finally:
             connection.close()
