@@ -28,11 +28,12 @@ from django.utils import timezone
 
 from workers_app.agent import relay_source
 from workers_app.keystore import KeyDecryptionError
-from workers_app.models import AgentRelay, AgentRoute, Cluster, RelayState
+from workers_app.models import AgentRelay, AgentRoute, Cluster, RelayState, Worker
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers.base import SchedulerUnavailable
 from workers_app.schedulers.ssh import SSHConnection, SSHError
 from workers_app.schedulers.tunnel import RelayTunnel
+from workers_app.statuses import WorkerStatus
 
 log = logging.getLogger(__name__)
 LEASE_KEY = "activate:relay-lease:"
@@ -355,6 +356,12 @@ class RelayKeeper:
             fields["repairs"] = F("repairs") + 1
         self.was_up = True
         _note(self.cluster_id, **fields)
+        if not address:
+            # The first address agents can be given: what waited for it goes now, not at the
+            # end of its backoff.
+            Worker.objects.filter(cluster_id=self.cluster_id, status=WorkerStatus.PENDING).update(
+                next_attempt_at=now
+            )
 
     def _close(self) -> None:
         tunnel, self.tunnel = self.tunnel, None

@@ -132,6 +132,10 @@ def test_the_supervisor_sets_up_changes_and_stops_relays_with_their_clusters(
 ) -> None:
     cluster = via_login_host(make_cluster)
     tag = relay_tag(cluster)
+    waiting = WorkerFactory(cluster=cluster)
+    Worker.objects.filter(pk=waiting.pk).update(
+        next_attempt_at=timezone.now() + timedelta(minutes=5)
+    )
     supervisor = RelaySupervisor()
     try:
         assert supervisor.step() == 1
@@ -141,6 +145,10 @@ def test_the_supervisor_sets_up_changes_and_stops_relays_with_their_clusters(
         )
         relay = AgentRelay.objects.get(cluster=cluster)
         assert relay.address.startswith("127.0.0.1:") and relay.holder == supervisor.holder
+        # A worker that waited for the relay's first address is sent now, not after its backoff.
+        waiting.refresh_from_db()
+        assert waiting.next_attempt_at is not None
+        assert waiting.next_attempt_at <= timezone.now()
         assert len(relay_pids(tag)) == 1
         # A new fixed port is a new relay, there.
         first_pid = relay_pids(tag)[0]
