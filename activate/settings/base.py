@@ -82,6 +82,8 @@ ACTIVATE_EXEC_MAX_OUTPUT = env.integer("ACTIVATE_EXEC_MAX_OUTPUT", 1_048_576, mi
 ACTIVATE_TERMINAL_IDLE_TIMEOUT = env.number("ACTIVATE_TERMINAL_IDLE_TIMEOUT", 3600, minimum=1)
 ACTIVATE_TERMINAL_MAX_DURATION = env.number("ACTIVATE_TERMINAL_MAX_DURATION", 86400, minimum=1)
 ACTIVATE_TERMINALS_PER_USER = env.integer("ACTIVATE_TERMINALS_PER_USER", 10, minimum=1)
+# Threads per web server process for pages and the API (WebSockets need none).
+ACTIVATE_WEB_THREADS = env.integer("ACTIVATE_WEB_THREADS", 8, minimum=1)
 # Sessions: where their programs are found on compute nodes (a command on PATH, or a path).
 ACTIVATE_CODE_SERVER = env.string("ACTIVATE_CODE_SERVER", "code-server")
 ACTIVATE_NOVNC_DIR = env.string("ACTIVATE_NOVNC_DIR", "/usr/share/novnc")
