@@ -52,7 +52,7 @@ def test_the_agents_server_serves_the_agents_endpoints(agent_server: None, clien
     assert client.post("/agent/v1/connect", {}, content_type="application/json").status_code == 400
 
 
-# -- live: real gunicorn, Celery, Slurm over SSH --------------------------------------------
+# -- live: the real web and agents' servers, Celery, Slurm over SSH --------------------------------------------
 
 
 @pytest.fixture
@@ -81,12 +81,17 @@ def small_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]
 
 
 def hold(url: str, connections: int) -> list[socket.socket]:
-    """Requests that never finish their headers: each keeps a server thread reading."""
+    """Form posts that never finish their body: the CSRF check reads it, so each keeps one of
+    the web server's page threads waiting."""
     host, port = url.removeprefix("http://").split(":")
     held = []
     for _ in range(connections):
         sock = socket.create_connection((host, int(port)), timeout=5)
-        sock.sendall(b"GET /health/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        sock.sendall(
+            b"POST /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: csrftoken=" + b"a" * 32 + b"\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000\r\n"
+            b"\r\nusername="
+        )
         held.append(sock)
     return held
 
