@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from activate_cli.ssh import terminal_url
 
 

@@ -52,7 +52,7 @@ def test_the_agents_server_serves_the_agents_endpoints(agent_server: None, clien
     assert client.post("/agent/v1/connect", {}, content_type="application/json").status_code == 400
 
 
-# -- live: the real web and agents' servers, Celery, Slurm over SSH --------------------------------------------
+# -- live: the real web and agents' servers, Celery, Slurm over SSH ----------------------------
 
 
 @pytest.fixture

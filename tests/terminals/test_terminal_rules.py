@@ -80,7 +80,7 @@ def test_without_credentials_the_socket_closes_as_unauthenticated(user: Abstract
 def test_a_bad_api_key_is_refused(user: AbstractUser) -> None:
     worker = connected_worker(user)
     headers = [(b"authorization", b"Bearer pwk_not-a-key")]
-    said, code = converse(f"/ws/workers/{worker.public_id}/terminal/", headers, [START])
+    _said, code = converse(f"/ws/workers/{worker.public_id}/terminal/", headers, [START])
     assert code == 4401
 
 
@@ -145,12 +145,13 @@ def test_a_browser_session_counts_only_from_the_sites_own_origin(user: AbstractU
         headers = [(b"cookie", cookie), (b"host", b"127.0.0.1:8000")]
         headers += [(b"origin", origin)] if origin else []
         said, code = converse(path, headers, [START])
+        assert said[0]["code"] == 4403
         assert code == 4403, origin
     # From its own origin the same cookie gets as far as the worker (queued: no terminal).
     Worker.objects.filter(pk=worker.pk).update(status=WorkerStatus.QUEUED)
     headers = [(b"cookie", cookie), (b"host", b"127.0.0.1:8000")]
     headers.append((b"origin", b"http://127.0.0.1:8000"))
-    said, code = converse(path, headers, [START])
+    _said, code = converse(path, headers, [START])
     assert code == 4409
 
 
