@@ -138,15 +138,16 @@ def created(pw: Any, *args: str) -> tuple[dict[str, Any], float]:
 
 
 def novnc(page: Any) -> Any:
-    """The frame noVNC runs in, inside the platform's desktop page."""
-    return next(f for f in page.frames if "vnc.html" in f.url)
+    """The frame noVNC runs in, inside the platform's desktop page (None before it loads)."""
+    return next((f for f in page.frames if "vnc.html" in f.url), None)
 
 
 def desktop_connected(page: Any) -> bool:
     # noVNC draws the remote screen into a canvas once the VNC handshake (with the password the
     # platform put in the page's address) has succeeded.
-    return bool(
-        novnc(page).evaluate(
+    frame = novnc(page)
+    return frame is not None and bool(
+        frame.evaluate(
             """() => {
                 const c = document.querySelector('#noVNC_container canvas, canvas');
                 if (!c || c.width < 100) return false;
@@ -175,10 +176,16 @@ def distinct_colours(page: Any) -> int:
 def showing(page: Any, platform: Platform, name: str) -> None:
     """Wait until noVNC shows the remote screen; on failure, what the page showed and the logs."""
     try:
-        wait_for(lambda: desktop_connected(page) and distinct_colours(page) > 1, timeout=60)
+        wait_for(lambda: desktop_connected(page), timeout=60)
+        # A tab Chromium does not show paints no frames until something looks at it.
+        wait_for(lambda: page.screenshot() and distinct_colours(page) > 1, timeout=30)
     except TimeoutError:
         shot(page, f"{name}-failed")
-        pytest.fail(f"no desktop at {page.url}\n{platform.logs()[-6000:]}")
+        frame = novnc(page)
+        seen = [f.url for f in page.frames]
+        state = frame.evaluate("() => document.documentElement.className") if frame else None
+        colours = distinct_colours(page) if frame else None
+        pytest.fail(f"no desktop at {page.url}: frames {seen}, {state!r}, {colours} colours")
 
 
 def test_a_desktop_on_an_environment_opens_in_the_browser_survives_a_web_restart_and_stops(
@@ -337,3 +344,43 @@ def test_freezing_the_workers_agent_fails_its_session_with_worker_disconnected(
     assert (after.status, after.status_reason) == ("failed", "Worker disconnected")
     shown = json.loads(pw("sessions", "get", session["id"], "-o", "json").stdout)
     assert (shown["status"], shown["reason"]) == ("failed", "Worker disconnected")
+
+
+def test_a_user_launches_a_desktop_from_the_sessions_page_and_opens_it(
+    session_platform: Platform, pw: Any, chromium: Any
+) -> None:
+    # Given: alice has a connected worker, and the Sessions page lists it as a target.
+    worker_id = worker_of(pw)
+    page = logged_in_page(chromium, session_platform, "alice")
+    page.click("nav >> text=Sessions")
+    page.wait_for_url(session_platform.url + "/sessions/")
+    worker_name = Worker.objects.get(public_id=worker_id).name
+    assert page.locator(f"#launch-target option:has-text('{worker_name} (connected)')").count()
+    shot(page, "pages-1-sessions")
+
+    # When: she launches a remote desktop on it with Quick Launch.
+    page.select_option("#quick-worker", f"worker:sessions/{worker_id}")
+    page.click("button:has-text('Remote desktop')")
+    page.wait_for_url(f"{session_platform.url}/sessions/s*/")
+    # Then: its details show where it runs, and it turns running with an Open button.
+    page.wait_for_selector("#open-session", timeout=60_000)
+    details = page.inner_text("#session-details")
+    for label in ("Environment", "Partition", "Node hostname", "Scheduler job ID", "Worker"):
+        assert label in details
+    assert "running" in page.inner_text("#session-status")
+    shot(page, "pages-2-details")
+    # Open goes to the session's address in a tab of its own; followed here in this one (a
+    # headless tab in the background is not painted).
+    href = page.get_attribute("#open-session", "href")
+    assert page.get_attribute("#open-session", "target") == "_blank"
+    details_url = page.url
+    page.goto(session_platform.url + str(href))
+    showing(page, session_platform, "pages-3-desktop")
+    shot(page, "pages-3-desktop")
+    page.goto(details_url)
+
+    # When: she stops it from its page. Then: it ends; the worker stays.
+    page.click("button:has-text('Stop session')")
+    page.wait_for_selector("#session-status:has-text('ended')")
+    assert Worker.objects.get(public_id=worker_id).status == "connected"
+    shot(page, "pages-4-stopped")
