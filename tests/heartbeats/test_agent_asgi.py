@@ -152,3 +152,17 @@ def test_the_access_log_has_every_request_but_the_successful_beats(
     assert platform.log_count('"POST /agent/v1/connect HTTP/1.1" 200') == 1
     assert platform.log_count('"POST /agent/v1/heartbeat HTTP/1.1" 403') == 1
     assert platform.log_count('"POST /agent/v1/heartbeat HTTP/1.1" 200') == 0
+
+
+def test_after_redis_loses_its_data_the_next_beat_finds_the_agent_again(
+    agents: httpx.Client,
+) -> None:
+    # Given a connected agent, when Redis loses every key (restart, flush, failover)
+    worker, secret = queued_worker_with_secret()
+    post(agents, "connect", secret, {"worker": worker.public_id, "hostname": "n1"})
+    redis_client().flushdb()
+    # Then its next beats go to the database once, are accepted, and it is alive again
+    beats = [post(agents, "heartbeat", secret, {"worker": worker.public_id}) for _ in range(3)]
+
+    assert [b.status_code for b in beats] == [200, 200, 200]
+    assert HeartbeatStore().alive([worker.pk]) == {worker.pk}
