@@ -126,6 +126,17 @@ def stop(session: Session) -> None:
     connection.run(["sh", "-c", f"rm -f {STATE_DIR}/{shlex.quote(session.public_id)}.*"])
 
 
+def is_running(session: Session) -> bool:
+    """Whether the session's launcher still runs on the node (False: it has ended)."""
+    worker = session.worker
+    if session.node_pid is None or not worker.scheduler_job_id:
+        return False
+    result = adapter_for_worker(worker).run_in_job(
+        worker.scheduler_job_id, ["kill", "-0", str(session.node_pid)], timeout=30
+    )
+    return result.exit_status == 0
+
+
 def http_request(
     channel: paramiko.Channel, method: str, target: str, headers: list[tuple[str, str]], body: bytes
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:

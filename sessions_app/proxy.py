@@ -32,7 +32,7 @@ from activate.websocket_auth import Scope
 from sessions_app.launch import COOKIE_NAME
 from sessions_app.models import Session, SessionType
 from sessions_app.pipe import ChannelPipe
-from sessions_app.services import find_session
+from sessions_app.services import REASON_PROGRAM_ENDED, check_program, find_session
 from sessions_app.statuses import SessionStatus
 from workers_app.connections import open_tunnel
 from workers_app.schedulers.ssh import SSHError
@@ -144,7 +144,10 @@ class SessionHttpProxy:
         try:
             reader, writer = await _open_pipe(session)
         except SSHError as exc:
-            await _plain(send, 502, f"The session's node cannot be reached: {exc}")
+            if await database_sync_to_async(check_program)(session.pk):
+                await _plain(send, 502, f"The session's node cannot be reached: {exc}")
+            else:
+                await _plain(send, 503, f"This session has ended. {REASON_PROGRAM_ENDED}.")
             return
         try:
             await _forward(scope, session, cookie, rest, body, reader, writer, send)
@@ -347,6 +350,7 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         try:
             reader, writer = await _open_pipe(session)
         except SSHError:
+            await database_sync_to_async(check_program)(session.pk)
             await self.refuse(SESSION_UNAVAILABLE)
             return
         self.writer = writer

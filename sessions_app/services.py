@@ -194,6 +194,28 @@ def _stop_quietly(session: Session) -> None:
         log.info("could not stop the program of session %s: %s", session.public_id, exc)
 
 
+REASON_PROGRAM_ENDED = "Its program ended on the node"
+
+
+def check_program(session_id: int) -> bool:
+    """The proxy could not reach a running session's port: end the session if its program is
+    gone from the node. Returns whether it is still running."""
+    session = (
+        Session.objects.select_related("worker", "worker__cluster", "worker__account")
+        .filter(pk=session_id, status=S.RUNNING)
+        .first()
+    )
+    if session is None:
+        return False
+    try:
+        running = launch.is_running(session)
+    except (SSHError, QueryFailed, SchedulerError, ValueError):
+        return True  # the cluster did not answer: nothing is known
+    if not running:
+        lifecycle.end_session(session, reason=REASON_PROGRAM_ENDED)
+    return running
+
+
 def sweep_sessions(now: datetime | None = None) -> int:
     """Queue starts of pending sessions whose worker is connected; fail starts that died."""
     now = now or timezone.now()

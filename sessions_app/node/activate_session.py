@@ -22,6 +22,9 @@ from typing import IO, Any, List, NoReturn, Optional
 
 READY_WITHIN = 120
 children = []  # type: List[subprocess.Popen]
+# The programs the session is: when one of them ends, the session's program has ended. (A
+# terminal or window manager closed in the desktop is not: the desktop stays.)
+essential = []  # type: List[subprocess.Popen]
 
 
 def say(**message: Any) -> None:
@@ -74,7 +77,7 @@ def answers(port: int) -> bool:
 def wait_for(port: int, what: str) -> None:
     deadline = time.time() + READY_WITHIN
     while time.time() < deadline:
-        for child in children:
+        for child in essential:
             if child.poll() is not None:
                 fail("%s exited with status %s before it answered" % (what, child.returncode))
         if answers(port):
@@ -83,7 +86,7 @@ def wait_for(port: int, what: str) -> None:
     fail("%s did not answer on port %d within %d s" % (what, port, READY_WITHIN))
 
 
-def start(argv: List[str], **kwargs: Any) -> subprocess.Popen:
+def start(argv: List[str], vital: bool = True, **kwargs: Any) -> subprocess.Popen:
     try:
         child = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True, **kwargs
@@ -91,6 +94,8 @@ def start(argv: List[str], **kwargs: Any) -> subprocess.Popen:
     except OSError as exc:
         fail("cannot start %s: %s" % (argv[0], exc))
     children.append(child)
+    if vital:
+        essential.append(child)
     return child
 
 
@@ -148,11 +153,12 @@ def desktop(secret: str, workdir: str, port: int, novnc: str, log: IO[bytes]) ->
     env = dict(os.environ, DISPLAY=":%d" % display)
     window_manager = find("xfwm4", "openbox", "fluxbox", "icewm", "twm")
     if window_manager:
-        start([window_manager], env=env, stdout=log, stderr=log)
+        start([window_manager], vital=False, env=env, stdout=log, stderr=log)
     terminal = find("xterm", "x-terminal-emulator")
     if terminal:
         start(
             [terminal, "-geometry", "120x40+20+20"],
+            vital=False,
             env=env,
             cwd=os.path.expanduser("~"),
             stdout=log,
@@ -215,7 +221,7 @@ def main() -> None:
         fail("unknown session type %r" % kind)
     say(ready=True, host=socket.gethostname(), port=port, pid=os.getpid())
     try:
-        while all(child.poll() is None for child in children):
+        while all(child.poll() is None for child in essential):
             time.sleep(1)
     finally:
         stop_all()

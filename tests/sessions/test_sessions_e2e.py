@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -384,3 +385,21 @@ def test_a_user_launches_a_desktop_from_the_sessions_page_and_opens_it(
     page.wait_for_selector("#session-status:has-text('ended')")
     assert Worker.objects.get(public_id=worker_id).status == "connected"
     shot(page, "pages-4-stopped")
+
+
+def test_a_session_whose_program_ends_on_the_node_ends_when_next_reached(
+    session_platform: Platform, pw: Any, alice: User
+) -> None:
+    session, _ = created(pw, "--type", "desktop", "sessions", "--environment", "compute")
+    pid = session_state(session["id"]).node_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)  # the launcher ends its programs and itself
+    wait_for(lambda: not alive(pid), timeout=30)
+    _, key = ApiKey.issue(alice)
+    answer = httpx.get(
+        session["url"] + "vnc.html", headers={"Authorization": f"Bearer {key}"}, timeout=60
+    )
+    assert answer.status_code == 503, answer.text
+    after = session_state(session["id"])
+    assert (after.status, after.status_reason) == ("ended", "Its program ended on the node")
+    pw("sessions", "stop", session["id"])
