@@ -9,7 +9,6 @@ stdin, never in a command line; the launcher's one line of JSON says where it li
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +42,16 @@ class Launched:
     login_cookie: str = ""
 
 
+# What the step runs: its stdin is the password's line, then the launcher's source. A short
+# command line (what `ps` shows on the node), and the password never in it.
+BOOTSTRAP = (
+    "import sys; SECRET = sys.stdin.readline().strip(); "
+    "exec(compile(sys.stdin.read(), 'activate_session.py', 'exec'))"
+)
+
+
 def _launcher_argv(session: Session) -> list[str]:
-    argv = ["python3", "-c", LAUNCHER, session.session_type]
+    argv = ["python3", "-c", BOOTSTRAP, session.session_type]
     if session.session_type == SessionType.VSCODE:
         argv += ["--code-server", settings.ACTIVATE_CODE_SERVER]
     else:
@@ -65,13 +72,14 @@ def launch(session: Session) -> Launched:
         f"{{ setsid nohup {step} < {base}.in > {base}.out 2>&1 & }}"
     )
     connection = connection_for(worker.cluster, worker.account)
-    result = connection.run(["sh", "-c", line], stdin=session.secret() + "\n")
+    result = connection.run(["sh", "-c", line], stdin=session.secret() + "\n" + LAUNCHER)
     if result.exit_status != 0:
         raise LaunchFailed(f"could not start the program: {result.stderr.strip()[:300]}")
     try:
         report = _wait_for_report(worker, base)
     finally:
-        connection.run(["sh", "-c", f"rm -f {base}.in"])
+        # The step's client keeps writing to its output file unlinked: nothing is left behind.
+        connection.run(["sh", "-c", f"rm -f {base}.in {base}.out"])
     host = worker.node_hostname or str(report.get("host", ""))
     port, pid = int(str(report["port"])), int(str(report["pid"]))
     cookie = ""
@@ -122,8 +130,6 @@ def stop(session: Session) -> None:
     adapter_for_worker(worker).run_in_job(
         worker.scheduler_job_id, ["kill", "-TERM", str(session.node_pid)], timeout=30
     )
-    connection = connection_for(worker.cluster, worker.account)
-    connection.run(["sh", "-c", f"rm -f {STATE_DIR}/{shlex.quote(session.public_id)}.*"])
 
 
 def is_running(session: Session) -> bool:

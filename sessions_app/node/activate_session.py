@@ -1,8 +1,8 @@
 """A session's program on a compute node: started inside the worker's job, as its owner.
 
-Standard-library Python 3.6+, sent by the platform and run as ``python3 -c``:
-    activate_session.py desktop|vscode [--code-server PATH] [--novnc DIR]
-The password comes on stdin (never in argv, which other users may read). It picks a free port,
+Standard-library Python 3.6+, sent by the platform on stdin after the password's line:
+    python3 -c BOOTSTRAP desktop|vscode [--code-server PATH] [--novnc DIR]
+(the password is never in argv, which other users may read). It picks a free port,
 starts the program there (desktop: Xvnc on the loopback, a terminal in it, websockify serving
 noVNC on the port; vscode: code-server with its password), and once the port answers prints one
 line of JSON: {"ready": true, "host", "port", "pid"}; on failure {"error": "..."}. It stays in
@@ -205,7 +205,8 @@ def main() -> None:
     args = sys.argv[1:]
     kind = args[0] if args else ""
     options = dict(zip(args[1::2], args[2::2]))
-    secret = sys.stdin.readline().strip()
+    # Run by the platform's bootstrap, which read the password's line before this source.
+    secret = str(globals().get("SECRET") or "") or sys.stdin.readline().strip()
     if not secret:
         fail("no password came on stdin")
     for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):

@@ -27,6 +27,7 @@ from harness.waiting import wait_for
 from sessions_app.models import Session
 from tests.e2e.conftest import pw_runner
 from workers_app.models import ApiKey, Environment, EnvironmentField, Worker
+from workers_app.statuses import LIVE
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 
@@ -76,7 +77,7 @@ def pw(
     environment: Environment,
     ssh_target: SshTarget,
     tmp_path: Path,
-) -> Any:
+) -> Iterator[Any]:
     run = pw_runner(session_platform, alice, tmp_path / "alice")
     remote = sorted(ssh_target.accounts)[0]
     key_file = ssh_target.accounts[remote]
@@ -84,7 +85,10 @@ def pw(
         "cluster", "connect", "sessions", "--user", remote, "--key-file", key_file
     )
     assert connect_account.returncode == 0, connect_account.stderr
-    return run
+    yield run
+    # No job of the test's outlives it (the platform stops after this).
+    for worker in Worker.objects.filter(owner=alice, status__in=LIVE):
+        run("workers", "delete", worker.public_id, "--wait")
 
 
 @pytest.fixture
