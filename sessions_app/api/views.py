@@ -41,7 +41,7 @@ def _user(request: Request) -> User:
             OpenApiParameter("status", enum=SessionStatus.values, description="Only these."),
             OpenApiParameter("worker", str, description="Only sessions on this worker (its id)."),
         ],
-        responses={200: SessionSerializer(many=True), **NOT_AUTHENTICATED},
+        responses={200: SessionSerializer(many=True), 400: ErrorSerializer, **NOT_AUTHENTICATED},
     ),
     retrieve=extend_schema(
         description="One session, with its URL.", responses={200: SessionSerializer, **NOT_FOUND}
