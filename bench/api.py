@@ -222,6 +222,12 @@ def _outcome(measured: list[Measured], ssh: list[float], workers: int, fill: flo
             "SQL queries per list request do not grow with the rows returned",
             ", ".join(f"{m.rows} rows: {m.queries}" for m in (first, most_rows)),
             most_rows.queries <= first.queries,
-        )
+        ),
+        Goal(
+            NAME,
+            f"first page p95 < 100 ms over HTTP with {workers:,} workers (no regression)",
+            millis(percentile(first.http, 95)),
+            percentile(first.http, 95) < 0.100,
+        ),
     ]
     return Outcome([table], goals)
