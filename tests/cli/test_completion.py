@@ -25,7 +25,7 @@ printf '%s\n' "${COMPREPLY[@]}"
 """
 
 REGISTERED = 'source "$1" && complete -p pw'
-COMMANDS = ["auth", "workers", "cluster", "environments", "ssh", "completion"]
+COMMANDS = ["auth", "workers", "cluster", "environments", "sessions", "ssh", "completion"]
 
 # zsh completes only inside its line editor; here compsys' entry points print what they are
 # given instead, so the script's own logic runs in a real zsh.
