@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "activate.settings.dev")
@@ -13,6 +14,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "activate.settings.dev")
 os.environ.setdefault("ACTIVATE_AGENT_SERVER", "true")
 # Django's apps load here; the heartbeat path imports models, so it comes after.
 django_application = get_asgi_application()
+
+# Under ASGI every request's sync code runs in a thread of its own, so a connection kept for
+# reuse (CONN_MAX_AGE) is kept by a thread that is gone: they pile up until PostgreSQL refuses
+# new clients. Django's advice for ASGI: no persistent connections.
+settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 from workers_app.agent_asgi import AgentServer  # noqa: E402
 
