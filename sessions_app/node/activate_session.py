@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import IO, Any, List, NoReturn, Optional
+from typing import IO, Any, List, NoReturn, Optional, Tuple
 
 READY_WITHIN = 120
 children = []  # type: List[subprocess.Popen]
@@ -107,6 +107,51 @@ def find(*names: str) -> Optional[str]:
     return None
 
 
+def start_x_server(xvnc: str, password_file: str, log: IO[bytes]) -> Tuple[int, int]:
+    """Xvnc on the first free display; one taken meanwhile (another user's, or one still
+    going away) makes it exit at once, and the next is tried."""
+    display = 19
+    for _ in range(20):
+        display = next(
+            n
+            for n in range(display + 1, 1000)
+            if not os.path.exists("/tmp/.X11-unix/X%d" % n)
+            and not os.path.exists("/tmp/.X%d-lock" % n)
+        )
+        vnc_port = free_port("127.0.0.1")
+        server = start(
+            [
+                xvnc,
+                ":%d" % display,
+                "-rfbport",
+                str(vnc_port),
+                "-interface",
+                "127.0.0.1",
+                "-SecurityTypes",
+                "VncAuth",
+                "-rfbauth",
+                password_file,
+                "-geometry",
+                "1280x800",
+                "-depth",
+                "24",
+                "-AlwaysShared",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        deadline = time.time() + READY_WITHIN
+        while server.poll() is None and not answers(vnc_port) and time.time() < deadline:
+            time.sleep(0.1)
+        if server.poll() is None and answers(vnc_port):
+            return display, vnc_port
+        children.remove(server)
+        essential.remove(server)
+        if server.poll() is None:
+            server.kill()
+    fail("Xvnc did not start on any display (see its log)")
+
+
 def desktop(secret: str, workdir: str, port: int, novnc: str, log: IO[bytes]) -> None:
     xvnc = find("Xtigervnc", "Xvnc")
     vncpasswd = find("tigervncpasswd", "vncpasswd")
@@ -122,34 +167,7 @@ def desktop(secret: str, workdir: str, port: int, novnc: str, log: IO[bytes]) ->
                 [vncpasswd, "-f"], input=secret.encode(), stdout=subprocess.PIPE, check=True
             ).stdout
         )
-    display = next(
-        n
-        for n in range(20, 1000)
-        if not os.path.exists("/tmp/.X11-unix/X%d" % n) and not os.path.exists("/tmp/.X%d-lock" % n)
-    )
-    vnc_port = free_port("127.0.0.1")
-    start(
-        [
-            xvnc,
-            ":%d" % display,
-            "-rfbport",
-            str(vnc_port),
-            "-interface",
-            "127.0.0.1",
-            "-SecurityTypes",
-            "VncAuth",
-            "-rfbauth",
-            password_file,
-            "-geometry",
-            "1280x800",
-            "-depth",
-            "24",
-            "-AlwaysShared",
-        ],
-        stdout=log,
-        stderr=log,
-    )
-    wait_for(vnc_port, "Xvnc")
+    display, vnc_port = start_x_server(xvnc, password_file, log)
     env = dict(os.environ, DISPLAY=":%d" % display)
     window_manager = find("xfwm4", "openbox", "fluxbox", "icewm", "twm")
     if window_manager:
