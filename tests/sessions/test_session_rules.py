@@ -3,12 +3,14 @@ API's refusals, and the proxy refusing another user's session before any tunnel 
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth.models import AbstractUser
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from activate.asgi import application
@@ -189,3 +191,17 @@ def test_the_sessions_pages_list_launch_targets_and_hide_other_users_sessions(
     assert client.get(f"/sessions/{session.public_id}/").status_code == 404
     assert client.post(f"/sessions/{session.public_id}/stop/").status_code == 404
     assert session.public_id not in client.get("/sessions/").content.decode()
+
+
+def test_a_start_that_died_fails_its_session_at_the_next_sweep(user: Any) -> None:
+    session = session_on(connected_worker(user), status=S.STARTING)
+    later = timezone.now() + services.START_TIMEOUT + timedelta(seconds=1)
+    services.sweep_sessions(now=timezone.now())
+    session.refresh_from_db()
+    assert session.status == S.STARTING
+    services.sweep_sessions(now=later)
+    session.refresh_from_db()
+    assert (session.status, session.status_reason) == (
+        S.FAILED,
+        "Could not start: the start was interrupted",
+    )
