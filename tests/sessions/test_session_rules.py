@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 from activate.asgi import application
 from sessions_app import lifecycle, services
 from sessions_app.models import Session, SessionEvent
+from sessions_app.proxy import _cookie_header
 from sessions_app.statuses import FINISHED, TRANSITIONS, SessionStatus, can_transition
 from tests.factories import WorkerFactory
 from workers_app import lifecycle as worker_lifecycle
@@ -205,3 +206,10 @@ def test_a_start_that_died_fails_its_session_at_the_next_sweep(user: Any) -> Non
         S.FAILED,
         "Could not start: the start was interrupted",
     )
+
+
+def test_the_platforms_cookies_never_reach_the_node_and_the_programs_login_is_added() -> None:
+    browser = [b"sessionid=platform-session; csrftoken=platform-csrf; theme=dark"]
+    assert _cookie_header(browser, "") == "theme=dark"
+    sent = _cookie_header([*browser, b"code-server-session=stale"], "fresh")
+    assert sent == "theme=dark; code-server-session=fresh"
