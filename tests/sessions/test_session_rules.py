@@ -213,3 +213,16 @@ def test_the_platforms_cookies_never_reach_the_node_and_the_programs_login_is_ad
     assert _cookie_header(browser, "") == "theme=dark"
     sent = _cookie_header([*browser, b"code-server-session=stale"], "fresh")
     assert sent == "theme=dark; code-server-session=fresh"
+
+
+def test_a_sessions_history_is_in_the_api_oldest_first(user: Any) -> None:
+    session = session_on(connected_worker(user))
+    lifecycle.record_requested(session)
+    lifecycle.claim_start(session)
+    lifecycle.fail_session(session, reason="Could not start: no X server")
+    events = api(user).get(f"/api/sessions/{session.public_id}/events/").json()["results"]
+    assert [(e["new_status"], e["reason"]) for e in events] == [
+        ("pending", "Requested"),
+        ("starting", ""),
+        ("failed", "Could not start: no X server"),
+    ]
