@@ -9,6 +9,7 @@ line of JSON: {"ready": true, "host", "port", "pid"}; on failure {"error": "..."
 the foreground, and when any of its programs ends, or it gets SIGTERM or SIGHUP, it ends them all.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -195,7 +196,10 @@ def vscode(secret: str, workdir: str, port: int, code_server: str, log: IO[bytes
     if not program:
         fail("code-server is not installed on the node (%s)" % code_server)
     data = os.path.join(os.path.expanduser("~"), ".activate", "code-server")
-    env = dict(os.environ, PASSWORD=secret)
+    # Given as a (legacy, SHA-256) hash, code-server checks its login cookie with a string
+    # compare; given in plain text, it runs argon2 on every request (about 50 ms each).
+    env = dict(os.environ, HASHED_PASSWORD=hashlib.sha256(secret.encode()).hexdigest())
+    env.pop("PASSWORD", None)
     start(
         [
             program,

@@ -256,7 +256,7 @@ class _closed_with:
 
 
 def test_vscode_on_an_environment_loads_its_workbench_through_the_proxy_without_a_password(
-    session_platform: Platform, pw: Any, chromium: Any
+    session_platform: Platform, pw: Any, chromium: Any, alice: User
 ) -> None:
     # Given: alice launches VS Code on an environment.
     session, _ = created(pw, "--type", "vscode", "sessions", "--environment", "compute")
@@ -274,13 +274,14 @@ def test_vscode_on_an_environment_loads_its_workbench_through_the_proxy_without_
         raise
     time.sleep(2)
     shot(page, "vscode-1-workbench")
-    # The same small file, fetched again and again through the proxy, as the browser's session.
-    took = []
-    for _ in range(20):
-        started = time.monotonic()
-        answer = page.request.get(session["url"] + "manifest.json")
-        took.append(time.monotonic() - started)
-        assert answer.status == 200
+    # The same small file, fetched again and again through the proxy.
+    _, key = ApiKey.issue(alice)
+    with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
+        took = []
+        for _ in range(20):
+            started = time.monotonic()
+            assert client.get(session["url"] + "manifest.json").status_code == 200
+            took.append(time.monotonic() - started)
     print(f"proxied GET from code-server: median {sorted(took)[10] * 1000:.0f} ms")
     # Then: the editor's workbench is there, and no password was asked for.
     assert page.locator("input[type=password]").count() == 0
