@@ -122,7 +122,8 @@ def test_a_row_shows_what_the_worker_is_doing(
     assert 'href="/workers/wabcdefghij/delete/"' in row
     # The table swaps itself whole (outerHTML); the dialog's content must not inherit that.
     assert 'hx-target="#dialog-body" hx-swap="innerHTML">Delete worker' in row
-    assert "Open in terminal" not in page
+    # Connected and hers: a terminal, opened in a tab of its own.
+    assert 'href="/workers/wabcdefghij/terminal/" target="_blank"' in row
 
 
 def test_the_table_polls_itself_every_two_seconds(
@@ -463,13 +464,20 @@ def test_delete_needs_a_post_with_csrf(user: AbstractUser, compute_env: Environm
     assert worker.status == WorkerStatus.PENDING
 
 
-@pytest.mark.parametrize("method", ["get", "post"])
+@pytest.mark.parametrize(
+    ("method", "page"), [("get", "delete"), ("post", "delete"), ("get", "terminal")]
+)
 def test_another_users_worker_is_not_found(
-    alice: Client, other_user: AbstractUser, compute_env: Environment, method: str
+    alice: Client, other_user: AbstractUser, compute_env: Environment, method: str, page: str
 ) -> None:
-    theirs = WorkerFactory(owner=other_user, cluster=compute_env.cluster, environment=compute_env)
+    theirs = WorkerFactory(
+        owner=other_user,
+        cluster=compute_env.cluster,
+        environment=compute_env,
+        status=WorkerStatus.PENDING,
+    )
 
-    response = getattr(alice, method)(f"/workers/{theirs.public_id}/delete/")
+    response = getattr(alice, method)(f"/workers/{theirs.public_id}/{page}/")
 
     assert response.status_code == 404
     theirs.refresh_from_db()
@@ -481,4 +489,20 @@ def test_every_url_naming_a_worker_is_covered_by_the_404_test() -> None:
     from workers_app.pages.urls import urlpatterns
 
     naming_a_worker = [str(p.pattern) for p in urlpatterns if "public_id" in str(p.pattern)]
-    assert naming_a_worker == ["workers/<str:public_id>/delete/"]
+    assert naming_a_worker == [
+        "workers/<str:public_id>/delete/",
+        "workers/<str:public_id>/terminal/",
+    ]
+
+
+def test_staff_get_no_terminal_page_for_someone_elses_worker(
+    user: AbstractUser, compute_env: Environment
+) -> None:
+    worker = WorkerFactory(owner=user, cluster=compute_env.cluster, environment=compute_env)
+    staff = Client()
+    staff.force_login(type(user).objects.create_user("operator", is_staff=True))
+    assert staff.get(f"/workers/{worker.public_id}/terminal/").status_code == 404
+    mine = Client()
+    mine.force_login(user)
+    page = text(mine.get(f"/workers/{worker.public_id}/terminal/"))
+    assert f'data-socket="/ws/workers/{worker.public_id}/terminal/"' in page
