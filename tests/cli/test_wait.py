@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from activate_cli import workers
+from activate_cli import waiting, workers
 from activate_cli.client import ApiClient
 from activate_cli.config import Config
 from activate_cli.errors import CliError, Unreachable
@@ -29,7 +29,7 @@ def client_answering(answers: list[int | str]) -> ApiClient:
 
 @pytest.fixture(autouse=True)
 def fast_polling(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(workers.POLL_ENV, "0.001")
+    monkeypatch.setenv(waiting.POLL_ENV, "0.001")
 
 
 def test_wait_rides_out_a_short_outage(capsys: pytest.CaptureFixture[str]) -> None:
@@ -53,7 +53,7 @@ def test_wait_rides_out_a_short_outage(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_wait_gives_up_when_the_outage_lasts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workers, "WAIT_OUTAGE_SECONDS", 0.0)
+    monkeypatch.setattr(waiting, "WAIT_OUTAGE_SECONDS", 0.0)
     client = client_answering([503, 503, 503])
 
     with pytest.raises(Unreachable, match="HTTP 503"):
@@ -66,7 +66,7 @@ def test_wait_gives_up_when_the_outage_lasts(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_a_bad_poll_interval_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(workers.POLL_ENV, "soon")
+    monkeypatch.setenv(waiting.POLL_ENV, "soon")
 
     with pytest.raises(CliError, match="PW_POLL_INTERVAL must be a positive number"):
-        workers.poll_interval()
+        waiting.poll_interval()

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import webbrowser
 from typing import Any
 from urllib.parse import quote
 
 from activate_cli.client import ApiClient
-from activate_cli.errors import CliError, Interrupted, Unreachable
+from activate_cli.errors import CliError, Interrupted
 from activate_cli.output import cell, emit, pairs, table, when
-from activate_cli.workers import WAIT_OUTAGE_SECONDS, parse_param, poll_interval
+from activate_cli.waiting import poll
+from activate_cli.workers import parse_param
 
 # Session statuses as the API names them; a test checks them against its schema.
 PENDING = "pending"
@@ -86,30 +86,18 @@ def progress_line(session: Session) -> str:
 
 
 def wait_running(client: ApiClient, session: Session) -> Session:
-    interval = poll_interval()
-    shown = ""
-    outage_since: float | None = None
-    while True:
-        line = progress_line(session)
-        if line != shown:
-            print(line, file=sys.stderr, flush=True)
-            shown = line
-        if session["status"] == RUNNING:
-            return session
-        if session["status"] in (ENDED, FAILED):
-            reason = session.get("reason") or "no reason given"
-            raise CliError(f"session {session['id']} {session['status']}: {reason}")
-        time.sleep(interval)
-        try:
-            session = client.get(session_path(session["id"]), not_found=not_found(session["id"]))
-            outage_since = None
-        except Unreachable as exc:
-            now = time.monotonic()
-            if outage_since is None:
-                outage_since = now
-                print(f"{exc}; still trying", file=sys.stderr, flush=True)
-            elif now - outage_since > WAIT_OUTAGE_SECONDS:
-                raise
+    def finished(current: Session) -> bool:
+        if current["status"] in (ENDED, FAILED):
+            reason = current.get("reason") or "no reason given"
+            raise CliError(f"session {current['id']} {current['status']}: {reason}")
+        return bool(current["status"] == RUNNING)
+
+    return poll(
+        session,
+        lambda: client.get(session_path(session["id"]), not_found=not_found(session["id"])),
+        progress=progress_line,
+        finished=finished,
+    )
 
 
 def open_in_browser(session: Session) -> None:

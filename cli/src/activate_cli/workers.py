@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 from urllib.parse import quote
 
 from activate_cli.client import ApiClient
-from activate_cli.errors import CliError, Interrupted, NotFound, Unreachable
+from activate_cli.errors import CliError, Interrupted, NotFound
 from activate_cli.output import cell, emit, pairs, table, when
 from activate_cli.statuses import (
     CONNECTED,
@@ -24,12 +22,9 @@ from activate_cli.statuses import (
     STOPPED,
     STOPPING,
 )
+from activate_cli.waiting import poll
 
 ENDINGS = {ERROR: "failed", STOPPED: "stopped", STOPPING: "is being stopped"}
-POLL_ENV = "PW_POLL_INTERVAL"
-DEFAULT_POLL_SECONDS = 2.0
-# While waiting, the platform may restart or the network blip; give up only after this long.
-WAIT_OUTAGE_SECONDS = 120.0
 
 Worker = dict[str, Any]
 
@@ -94,19 +89,6 @@ def progress_line(worker: Worker) -> str:
     return line
 
 
-def poll_interval() -> float:
-    raw = os.environ.get(POLL_ENV)
-    if not raw:
-        return DEFAULT_POLL_SECONDS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0:
-        raise CliError(f"{POLL_ENV} must be a positive number of seconds, not {raw!r}")
-    return seconds
-
-
 def wait_for(
     client: ApiClient,
     worker: Worker,
@@ -115,31 +97,26 @@ def wait_for(
     failed: Collection[str],
 ) -> Worker:
     """Poll until ``done(worker)``; a status in ``failed`` ends the wait with its reason."""
-    interval = poll_interval()
-    shown = ""
-    outage_since: float | None = None
-    while True:
-        line = progress_line(worker)
-        if line != shown:
-            print(line, file=sys.stderr, flush=True)
-            shown = line
-        if done(worker):
-            return worker
-        if worker["status"] in failed:
-            reason = worker.get("status_reason") or "no reason given"
-            outcome = ENDINGS.get(worker["status"], f"is {worker['status']}")
-            raise CliError(f"worker {worker['id']} {outcome}: {reason}")
-        time.sleep(interval)
-        try:
-            worker = client.get(worker_path(worker["id"]), not_found=not_found(worker["id"]))
-            outage_since = None
-        except Unreachable as exc:
-            now = time.monotonic()
-            if outage_since is None:
-                outage_since = now
-                print(f"{exc}; still trying", file=sys.stderr, flush=True)
-            elif now - outage_since > WAIT_OUTAGE_SECONDS:
-                raise
+
+    def finished(current: Worker) -> bool:
+        if done(current):
+            return True
+        if current["status"] in failed:
+            raise ended(current)
+        return False
+
+    return poll(
+        worker,
+        lambda: client.get(worker_path(worker["id"]), not_found=not_found(worker["id"])),
+        progress=progress_line,
+        finished=finished,
+    )
+
+
+def ended(worker: Worker) -> CliError:
+    reason = worker.get("status_reason") or "no reason given"
+    outcome = ENDINGS.get(worker["status"], f"is {worker['status']}")
+    return CliError(f"worker {worker['id']} {outcome}: {reason}")
 
 
 def create(client: ApiClient, args: argparse.Namespace) -> int:
@@ -199,38 +176,22 @@ def progress_summary(workers: list[Worker]) -> str:
 def wait_for_all(client: ApiClient, workers: list[Worker], *, cluster: str) -> list[Worker]:
     """Poll (one listing of the cluster's workers per round) until every one is connected; the
     first to fail ends the wait with its reason."""
-    interval = poll_interval()
     wanted = [w["id"] for w in workers]
-    shown = ""
-    outage_since: float | None = None
-    while True:
-        line = progress_summary(workers)
-        if line != shown:
-            print(line, file=sys.stderr, flush=True)
-            shown = line
-        for worker in workers:
-            if worker["status"] in (STOPPING, *FINISHED):
-                reason = worker.get("status_reason") or "no reason given"
-                outcome = ENDINGS.get(worker["status"], f"is {worker['status']}")
-                raise CliError(f"worker {worker['id']} {outcome}: {reason}")
-        if all(w["status"] == CONNECTED for w in workers):
-            return workers
-        time.sleep(interval)
-        try:
-            listed = {w["id"]: w for w in client.list_all("/workers/", params={"cluster": cluster})}
-            outage_since = None
-        except Unreachable as exc:
-            now = time.monotonic()
-            if outage_since is None:
-                outage_since = now
-                print(f"{exc}; still trying", file=sys.stderr, flush=True)
-            elif now - outage_since > WAIT_OUTAGE_SECONDS:
-                raise
-            continue
+
+    def fetch() -> list[Worker]:
+        listed = {w["id"]: w for w in client.list_all("/workers/", params={"cluster": cluster})}
         gone = [worker_id for worker_id in wanted if worker_id not in listed]
         if gone:
             raise CliError(f"worker {gone[0]} ended and is no longer listed")
-        workers = [listed[worker_id] for worker_id in wanted]
+        return [listed[worker_id] for worker_id in wanted]
+
+    def finished(current: list[Worker]) -> bool:
+        for worker in current:
+            if worker["status"] in (STOPPING, *FINISHED):
+                raise ended(worker)
+        return all(w["status"] == CONNECTED for w in current)
+
+    return poll(workers, fetch, progress=progress_summary, finished=finished)
 
 
 def positive_count(raw: str) -> int:
