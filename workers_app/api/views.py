@@ -90,7 +90,7 @@ class MeView(ApiErrorsMixin, APIView):
 @extend_schema_view(
     list=extend_schema(
         description="Clusters workers can be requested on.",
-        responses={200: ClusterSerializer(many=True), **NOT_AUTHENTICATED},
+        responses={200: ClusterSerializer(many=True), 400: ErrorSerializer, **NOT_AUTHENTICATED},
     ),
     retrieve=extend_schema(
         description="One cluster, by name.", responses={200: ClusterSerializer, **NOT_FOUND}
@@ -171,7 +171,7 @@ class ClusterViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Cluster]):
 @extend_schema_view(
     list=extend_schema(
         description="A cluster's environments, with the scheduling fields each lets you set.",
-        responses={200: EnvironmentSerializer(many=True), **NOT_FOUND},
+        responses={200: EnvironmentSerializer(many=True), 400: ErrorSerializer, **NOT_FOUND},
     ),
     retrieve=extend_schema(
         description="One environment of a cluster, by name.",
