@@ -30,9 +30,10 @@ from workers_app.terminals.service import (
     TerminalRefused,
     close_terminal,
     find_worker,
-    open_terminal,
     parse_resize,
     parse_start,
+    record_opening,
+    start_stream,
 )
 
 START_WITHIN = 15.0
@@ -105,13 +106,19 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             if text_data is None:
                 raise TerminalRefused(BAD_REQUEST, "The first message must be a start message.")
             request = parse_start(text_data)
-            record, stream = await database_sync_to_async(open_terminal)(
+            record, worker = await database_sync_to_async(record_opening)(
                 self.user, self.public_id, request
             )
         except TerminalRefused as exc:
             await self.refuse(exc.code, exc.message)
             return
-        self.record_id, self.stream = record.pk, stream
+        self.record_id = record.pk
+        try:
+            stream = await asyncio.to_thread(start_stream, worker, request)
+        except TerminalRefused as exc:
+            await self.refuse(exc.code, exc.message)
+            return
+        self.stream = stream
         if self.finished:  # the client left while the command was starting
             await asyncio.to_thread(stream.close)
             await self.record_close(None, "the client left")

@@ -105,25 +105,40 @@ def find_worker(user: AbstractBaseUser, public_id: str) -> Worker:
     return worker
 
 
-def open_terminal(
+def record_opening(
     user: AbstractBaseUser, public_id: str, request: StartRequest
-) -> tuple[TerminalRecord, Stream]:
+) -> tuple[TerminalRecord, Worker]:
+    """The database half of opening a terminal: whose worker, its status, the cap, the record."""
     worker = find_worker(user, public_id)
     if worker.status != WorkerStatus.CONNECTED or not worker.scheduler_job_id:
         raise TerminalRefused(
             NOT_CONNECTED,
             f"Worker {worker.name} is {worker.status}: a terminal needs a connected worker.",
         )
-    record = _record_opening(user, worker, request)
+    return _record_opening(user, worker, request), worker
+
+
+def start_stream(worker: Worker, request: StartRequest) -> Stream:
+    """The cluster half, with no database: a slow login host must not hold the thread that
+    database calls of the server's other connections share."""
     pty = PtySize(cols=request.cols, rows=request.rows) if request.pty else None
     try:
-        stream = open_stream(worker, request.argv, pty=pty)
+        return open_stream(worker, request.argv, pty=pty)
     except (SSHError, SchedulerError, QueryFailed, ValueError) as exc:
-        close_terminal(record.pk, exit_status=None, reason=f"could not start: {exc}")
         raise TerminalRefused(
             UNAVAILABLE, f"Cannot reach worker {worker.name} on {worker.cluster.name}: {exc}"
         ) from exc
-    return record, stream
+
+
+def open_terminal(
+    user: AbstractBaseUser, public_id: str, request: StartRequest
+) -> tuple[TerminalRecord, Stream]:
+    record, worker = record_opening(user, public_id, request)
+    try:
+        return record, start_stream(worker, request)
+    except TerminalRefused as exc:
+        close_terminal(record.pk, exit_status=None, reason=f"could not start: {exc.message}")
+        raise
 
 
 def _record_opening(
