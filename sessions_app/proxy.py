@@ -84,6 +84,10 @@ def _target(session: Session) -> tuple[str, int]:
     return session.node_host, session.node_port
 
 
+# It asks the node over SSH: off the thread the server's database calls share.
+program_check = database_sync_to_async(check_program, thread_sensitive=False)
+
+
 @database_sync_to_async
 def _lookup(user: Any, public_id: str) -> tuple[Session | None, str]:
     if user is None or not user.is_authenticated:
@@ -144,7 +148,7 @@ class SessionHttpProxy:
         try:
             reader, writer = await _open_pipe(session)
         except SSHError as exc:
-            if await database_sync_to_async(check_program)(session.pk):
+            if await program_check(session.pk):
                 await _plain(send, 502, f"The session's node cannot be reached: {exc}")
             else:
                 await _plain(send, 503, f"This session has ended. {REASON_PROGRAM_ENDED}.")
@@ -350,7 +354,7 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         try:
             reader, writer = await _open_pipe(session)
         except SSHError:
-            await database_sync_to_async(check_program)(session.pk)
+            await program_check(session.pk)
             await self.refuse(SESSION_UNAVAILABLE)
             return
         self.writer = writer
