@@ -52,7 +52,8 @@ def terminal_size() -> tuple[int, int]:
 def raw_terminal(fd: int) -> Iterator[None]:
     saved = termios.tcgetattr(fd)
     try:
-        tty.setraw(fd)
+        # TCSANOW, not setraw's default TCSAFLUSH: what was typed ahead must not be thrown away.
+        tty.setraw(fd, termios.TCSANOW)
         yield
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
@@ -156,11 +157,13 @@ def ssh(client: ApiClient, args: argparse.Namespace) -> int:
     with open_socket(client, worker["id"]) as socket:
         start(socket, argv, pty=pty)
         session = Session(socket, pty=pty)
-        threading.Thread(target=session.send_input, daemon=True).start()
         if not pty:
+            threading.Thread(target=session.send_input, daemon=True).start()
             return session.receive_output()
         signal.signal(signal.SIGWINCH, session.resize)
+        # Raw before the first read: keys then go as typed (Ctrl-C, arrows), none lost.
         with raw_terminal(sys.stdin.fileno()):
+            threading.Thread(target=session.send_input, daemon=True).start()
             return session.receive_output()
 
 
