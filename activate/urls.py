@@ -10,7 +10,7 @@ from workers_app.views import health
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("health/", health, name="health"),
-    path("agent/v1/", include("workers_app.agent_urls")),
+    path("agent/v1/", include("workers_app.agents.urls")),
     path("api/", include("workers_app.api.urls")),
     path("api/", include("sessions_app.api.urls")),
     path("", include("workers_app.pages.urls")),

@@ -201,8 +201,8 @@ class Breakdown:
 def _breakdown(public_id: str, secret: str, repeat: int) -> Breakdown:
     from django.core.handlers.wsgi import WSGIHandler
 
-    from workers_app.agent_service import record_heartbeat
-    from workers_app.heartbeats import SEEN_PREFIX, redis_client
+    from workers_app.agents.heartbeats import SEEN_PREFIX, redis_client
+    from workers_app.agents.service import record_heartbeat
     from workers_app.models import Worker
 
     worker_id = Worker.objects.get(public_id=public_id).pk

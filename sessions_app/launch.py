@@ -21,7 +21,7 @@ from django.conf import settings
 from sessions_app.models import Session, SessionType
 from workers_app.connections import adapter_for_worker, connection_for, open_tunnel
 from workers_app.models import Worker
-from workers_app.schedulers.ssh import SSHError
+from workers_app.transport.ssh import SSHError
 
 LAUNCHER = (Path(__file__).parent / "node" / "activate_session.py").read_text()
 READY_WITHIN = 150.0

@@ -35,7 +35,7 @@ from sessions_app.pipe import ChannelPipe
 from sessions_app.services import REASON_PROGRAM_ENDED, check_program, find_session
 from sessions_app.statuses import SessionStatus
 from workers_app.connections import open_tunnel
-from workers_app.schedulers.ssh import SSHError
+from workers_app.transport.ssh import SSHError
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from workers_app import services as worker_services
 from workers_app.models import Worker
 from workers_app.params import ParameterError
 from workers_app.schedulers.base import QueryFailed, SchedulerError
-from workers_app.schedulers.ssh import SSHError
 from workers_app.statuses import FINISHED as WORKER_FINISHED
 from workers_app.statuses import WorkerStatus
+from workers_app.transport.ssh import SSHError
 
 S = SessionStatus
 log = logging.getLogger(__name__)

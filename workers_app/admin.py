@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from workers_app import accounts, clusters, services
 from workers_app.accounts import public_key_of
-from workers_app.heartbeats import HeartbeatStore
+from workers_app.agents.heartbeats import HeartbeatStore
 from workers_app.models import (
     AccountOrigin,
     AgentRelay,
@@ -26,7 +26,7 @@ from workers_app.models import (
     WorkerEvent,
 )
 from workers_app.params import ParameterError
-from workers_app.schedulers.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
+from workers_app.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
 
 # The product's name, and "View site" leads to the browser UI.
 admin.site.site_header = "ACTIVATE administration"

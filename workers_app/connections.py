@@ -23,7 +23,7 @@ from workers_app.models import Cluster, ClusterAccount, Worker
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers import adapter_class
 from workers_app.schedulers.base import SchedulerAdapter
-from workers_app.schedulers.ssh import PtySize, SSHConnection, SSHError, Stream
+from workers_app.transport.ssh import PtySize, SSHConnection, SSHError, Stream
 
 ConnectionKey = tuple[int, int]  # (cluster id, account id or 0 for the cluster's own)
 # Each process publishes how many connections it holds, so operators see the sum (/health/).

@@ -16,12 +16,12 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from workers_app import lifecycle
-from workers_app.agent import agent_source
+from workers_app.agents.relays import RelayNotReady, agent_url_for
 from workers_app.clusters import note_cluster_contact
 from workers_app.connections import KeyUnusable, adapter_for, adapter_for_worker
 from workers_app.locks import submission_locks
 from workers_app.models import Cluster, ClusterAccount, Worker, job_name_prefix, new_agent_secret
-from workers_app.relays import RelayNotReady, agent_url_for
+from workers_app.node import agent_source
 from workers_app.schedulers.base import (
     JobInfo,
     JobSpec,
@@ -31,8 +31,8 @@ from workers_app.schedulers.base import (
     SchedulerError,
     SchedulerUnavailable,
 )
-from workers_app.schedulers.ssh import AuthenticationFailed, CommandTimeout, SSHError
 from workers_app.statuses import WITH_JOB, WorkerStatus
+from workers_app.transport.ssh import AuthenticationFailed, CommandTimeout, SSHError
 
 S = WorkerStatus
 log = logging.getLogger(__name__)

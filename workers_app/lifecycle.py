@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from workers_app import effects, heartbeats, signals
+from workers_app import effects, signals
+from workers_app.agents import heartbeats
 from workers_app.models import Worker, WorkerEvent
 from workers_app.statuses import FINISHED, WorkerStatus, can_transition
 

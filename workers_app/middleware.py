@@ -7,7 +7,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
-from workers_app import agent_views
+from workers_app.agents import views as agent_views
 
 
 class AgentHeartbeatFastPath:

@@ -15,8 +15,9 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from workers_app import lifecycle, relays
-from workers_app.heartbeats import HeartbeatStore
+from workers_app import lifecycle
+from workers_app.agents import relays
+from workers_app.agents.heartbeats import HeartbeatStore
 from workers_app.models import Worker
 from workers_app.statuses import WorkerStatus
 

@@ -23,8 +23,8 @@ from harness.platform import Platform
 from harness.relays import relay_pids, sshd_session_of
 from harness.waiting import wait_for
 from workers_app import services
+from workers_app.agents.relays import relay_tag
 from workers_app.models import AgentRelay, AgentRoute, Environment, EnvironmentField, Worker
-from workers_app.relays import relay_tag
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus

@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("activate", "workers_app", "sessions_app", "harness", "bench", "drills")
 # Django imports an app's signal receivers when the app registry is ready, not at import time.
 FUNCTION_IMPORTS_ALLOWED = {("sessions_app/apps.py", "ready")}
+TRANSPORT = "workers_app.transport"
 
 
 def modules() -> dict[str, Path]:
@@ -117,11 +118,51 @@ def test_the_lifecycle_knows_nothing_of_tasks() -> None:
     assert "workers_app.tasks" not in all_imports(known["workers_app.jobs"])
 
 
-@pytest.mark.parametrize("module", ["ssh", "tunnel", "hostkeys", "base", "slurm", "pbs", "host"])
-def test_the_transport_and_adapters_import_no_django(module: str) -> None:
+def transport_modules() -> dict[str, Path]:
+    return {name: path for name, path in modules().items() if name.startswith(TRANSPORT)}
+
+
+def test_the_transport_knows_nothing_of_django_or_the_platform() -> None:
+    assert transport_modules(), "the transport package has moved: update TRANSPORT"
+    for name, path in transport_modules().items():
+        outside = {
+            target
+            for target in all_imports(path)
+            if target.split(".")[0] in ("django", "sessions_app", "activate")
+            or (target.startswith("workers_app") and not target.startswith(TRANSPORT))
+        }
+        assert outside == set(), f"{name} imports {sorted(outside)}"
+
+
+def test_paramiko_is_imported_only_by_the_transport() -> None:
+    importers = {
+        name
+        for name, path in modules().items()
+        if any(target.split(".")[0] == "paramiko" for target in all_imports(path))
+    }
+    assert importers, "nothing imports paramiko: the check reads the wrong tree"
+    assert {name for name in importers if not name.startswith(TRANSPORT)} == set()
+
+
+@pytest.mark.parametrize("module", ["base", "slurm", "pbs", "host"])
+def test_the_scheduler_adapters_import_no_django(module: str) -> None:
     path = REPO / "workers_app" / "schedulers" / f"{module}.py"
     assert not {name for name in all_imports(path) if name.split(".")[0] == "django"}
     assert not {name for name in all_imports(path) if name.startswith("workers_app.models")}
+
+
+def test_what_runs_on_nodes_imports_nothing_of_the_server() -> None:
+    for name, path in modules().items():
+        if ".node." not in f"{name}.":
+            continue
+        server = {
+            target
+            for target in all_imports(path)
+            if target.split(".")[0] in ("django", "workers_app", "sessions_app", "activate")
+        }
+        if name.endswith(".node"):  # the package itself only reads its scripts' source
+            server -= {"workers_app.node"}
+        assert server == set(), f"{name} imports {sorted(server)}"
 
 
 def test_bench_and_drills_do_not_import_tests_or_each_other() -> None:

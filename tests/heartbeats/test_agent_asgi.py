@@ -14,7 +14,7 @@ import pytest
 from harness.platform import Platform
 from tests.factories import WorkerFactory
 from workers_app import lifecycle
-from workers_app.heartbeats import PREFIX, SEEN_PREFIX, HeartbeatStore
+from workers_app.agents.heartbeats import PREFIX, SEEN_PREFIX, HeartbeatStore
 from workers_app.models import Worker, WorkerEvent, new_agent_secret
 from workers_app.redis_connection import redis_client
 from workers_app.statuses import WorkerStatus

@@ -9,7 +9,7 @@ from django.test import Client
 
 from tests.factories import WorkerFactory
 from workers_app import lifecycle
-from workers_app.heartbeats import HeartbeatStore
+from workers_app.agents.heartbeats import HeartbeatStore
 from workers_app.models import Worker, WorkerEvent, new_agent_secret
 from workers_app.statuses import WorkerStatus
 

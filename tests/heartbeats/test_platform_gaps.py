@@ -10,7 +10,7 @@ from django.test import Client
 
 from tests.factories import WorkerFactory
 from workers_app import lifecycle, redis_connection, sweeps
-from workers_app.heartbeats import HeartbeatStore
+from workers_app.agents.heartbeats import HeartbeatStore
 from workers_app.models import Cluster, Worker
 from workers_app.statuses import WorkerStatus
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from tests.factories import WorkerFactory
 from workers_app import lifecycle, services, sweeps
-from workers_app.heartbeats import HeartbeatStore
+from workers_app.agents.heartbeats import HeartbeatStore
 from workers_app.models import Worker
 from workers_app.redis_connection import redis_client
 from workers_app.statuses import WorkerStatus

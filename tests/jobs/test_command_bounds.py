@@ -12,8 +12,8 @@ from django.db import connection
 from tests.jobs.test_submit_poll_cancel import poll_until
 from workers_app import jobs, lifecycle, services
 from workers_app.models import Worker
-from workers_app.schedulers.ssh import CommandTimeout
 from workers_app.statuses import WorkerStatus
+from workers_app.transport.ssh import CommandTimeout
 
 S = WorkerStatus
 pytestmark = pytest.mark.slurm

@@ -12,8 +12,9 @@ from tests.conftest import SshTarget
 from tests.jobs.conftest import sbatch_as, squeue_ids
 from workers_app import clusters, jobs, lifecycle
 from workers_app.models import Cluster, Reachability, Worker, job_name_for
-from workers_app.schedulers import slurm, ssh
+from workers_app.schedulers import slurm
 from workers_app.statuses import WorkerStatus
+from workers_app.transport import ssh
 
 S = WorkerStatus
 pytestmark = pytest.mark.slurm

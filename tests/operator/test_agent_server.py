@@ -18,7 +18,7 @@ from harness.cluster import SshTarget
 from harness.platform import FAST_KNOBS, Platform
 from harness.waiting import wait_for
 from workers_app import services
-from workers_app.heartbeats import PREFIX
+from workers_app.agents.heartbeats import PREFIX
 from workers_app.models import Environment, EnvironmentField, Worker
 from workers_app.redis_connection import redis_client
 from workers_app.statuses import WorkerStatus

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from workers_app.agent import relay_source
-from workers_app.schedulers.tunnel import BOOT
+from workers_app.node import relay_source
+from workers_app.transport.tunnel import BOOT
 
 UPSTREAM_HOST = "agents.platform.example:8001"
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"

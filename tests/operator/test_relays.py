@@ -16,8 +16,16 @@ from django.utils import timezone
 from harness.relays import relay_pids
 from harness.waiting import wait_for
 from tests.factories import UserFactory, WorkerFactory
-from workers_app import jobs, lifecycle, relays, services, sweeps
-from workers_app.heartbeats import HeartbeatStore
+from workers_app import jobs, lifecycle, services, sweeps
+from workers_app.agents import relays
+from workers_app.agents.heartbeats import HeartbeatStore
+from workers_app.agents.relays import (
+    Lease,
+    RelayNotReady,
+    RelaySupervisor,
+    agent_url_for,
+    relay_tag,
+)
 from workers_app.models import (
     AgentRelay,
     AgentRoute,
@@ -27,7 +35,6 @@ from workers_app.models import (
     RelayState,
     Worker,
 )
-from workers_app.relays import Lease, RelayNotReady, RelaySupervisor, agent_url_for, relay_tag
 from workers_app.statuses import WorkerStatus
 
 

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import SshTarget
 from workers_app.connections import close_all_connections
 from workers_app.schedulers.base import CommandResult, JobInfo, Phase, SchedulerAdapter
-from workers_app.schedulers.ssh import SSHConnection
+from workers_app.transport.ssh import SSHConnection
 
 DATA = Path(__file__).parent / "data"
 

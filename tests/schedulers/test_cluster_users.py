@@ -10,7 +10,7 @@ import pytest
 
 from harness.cluster import SshTarget
 from tests.schedulers.conftest import connection_to
-from workers_app.schedulers.ssh import AuthenticationFailed, SSHConnection
+from workers_app.transport.ssh import AuthenticationFailed, SSHConnection
 
 pytestmark = pytest.mark.slurm
 

@@ -12,7 +12,7 @@ from workers_app import connections
 from workers_app.accounts import connect_account
 from workers_app.connections import adapter_for, close_idle_connections, connection_for
 from workers_app.schedulers.slurm import SlurmAdapter
-from workers_app.schedulers.ssh import HostKeyMismatch
+from workers_app.transport.ssh import HostKeyMismatch
 
 pytestmark = pytest.mark.slurm
 

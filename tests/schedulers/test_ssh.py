@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from tests.conftest import SshTarget
 from tests.schedulers.conftest import connection_to
-from workers_app.schedulers.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
-from workers_app.schedulers.ssh import (
+from workers_app.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
+from workers_app.transport.ssh import (
     AuthenticationFailed,
     CommandTimeout,
     HostKeyMismatch,

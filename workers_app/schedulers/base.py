@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from workers_app.transport.ssh import CommandResult
+
 
 class SchedulerError(Exception):
     """The scheduler answered, and refused (bad partition, invalid option, ...)."""
@@ -22,15 +24,6 @@ class SchedulerUnavailable(SchedulerError):
 
 class QueryFailed(Exception):
     """A status query did not give a trustworthy answer; nothing may change because of it."""
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    exit_status: int  # -1 when the output was cut short before the command ended
-    stdout: str
-    stderr: str
-    # The output passed the caller's limit: what came so far, and the command was left.
-    truncated: bool = False
 
 
 class CommandRunner(Protocol):

@@ -20,7 +20,6 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from workers_app.schedulers.ssh import SSHError, Stream
 from workers_app.terminals.service import (
     BAD_REQUEST,
     FORBIDDEN_ORIGIN,
@@ -35,6 +34,7 @@ from workers_app.terminals.service import (
     record_opening,
     start_stream,
 )
+from workers_app.transport.ssh import SSHError, Stream
 
 START_WITHIN = 15.0
 WATCH_EVERY = 1.0

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from workers_app import clusters
 from workers_app.models import AgentRoute, Cluster, SchedulerKind
-from workers_app.schedulers.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
+from workers_app.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
 
 
 class Command(BaseCommand):

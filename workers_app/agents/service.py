@@ -8,7 +8,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from workers_app import lifecycle
-from workers_app.heartbeats import AgentIdentity, Beat, Beaten, HeartbeatStore
+from workers_app.agents.heartbeats import AgentIdentity, Beat, Beaten, HeartbeatStore
 from workers_app.models import Worker, hash_secret
 from workers_app.statuses import WorkerStatus
 

@@ -11,8 +11,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from redis.exceptions import RedisError
 
-from workers_app import agent_service
-from workers_app.agent_service import AgentRefused
+from workers_app.agents import service as agent_service
+from workers_app.agents.service import AgentRefused
 from workers_app.redis_connection import redis_client
 
 MAX_BODY = 4096

@@ -21,8 +21,7 @@ from typing import NoReturn
 
 import paramiko
 
-from workers_app.schedulers.base import CommandResult
-from workers_app.schedulers.hostkeys import parse_key_line
+from workers_app.transport.hostkeys import parse_key_line
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +29,15 @@ KEEPALIVE_INTERVAL = 15
 READ_CHUNK = 65536
 # How often a blocked stdout read wakes up to drain stderr (so neither stream stalls the other).
 POLL_INTERVAL = 0.2
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_status: int  # -1 when the output was cut short before the command ended
+    stdout: str
+    stderr: str
+    # The output passed the caller's limit: what came so far, and the command was left.
+    truncated: bool = False
 
 
 class SSHError(Exception):
@@ -231,7 +239,7 @@ class SSHConnection:
 
     def transport(self) -> paramiko.Transport:
         """The live transport, connected first if needed: for forwards and long-lived channels
-        (workers_app.schedulers.tunnel), which commands' channel slots do not cover."""
+        (workers_app.transport.tunnel), which commands' channel slots do not cover."""
         return self._transport()
 
     def close(self) -> None:

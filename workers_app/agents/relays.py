@@ -26,14 +26,14 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import F, Q
 from django.utils import timezone
 
-from workers_app.agent import relay_source
 from workers_app.keystore import KeyDecryptionError
 from workers_app.models import AgentRelay, AgentRoute, Cluster, RelayState, Worker
+from workers_app.node import relay_source
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers.base import SchedulerUnavailable
-from workers_app.schedulers.ssh import SSHConnection, SSHError
-from workers_app.schedulers.tunnel import RelayTunnel
 from workers_app.statuses import WorkerStatus
+from workers_app.transport.ssh import SSHConnection, SSHError
+from workers_app.transport.tunnel import RelayTunnel
 
 log = logging.getLogger(__name__)
 LEASE_KEY = "activate:relay-lease:"

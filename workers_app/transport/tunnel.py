@@ -4,7 +4,7 @@ Over its own SSH connection the platform asks the login host's sshd to listen on
 host's loopback (``tcpip-forward``, port chosen by the server, so no sshd setting such as
 GatewayPorts is needed) and to send each connection made there back over that connection; each
 is joined here to the platform's agents' server (``upstream``). Then it starts the relay
-(``workers_app/agent/activate_relay.py``) on an exec channel: the relay listens where compute
+(``workers_app/node/activate_relay.py``) on an exec channel: the relay listens where compute
 nodes reach it and passes agent requests, and nothing else, to the forwarded port. The relay
 reads its stdin until the channel closes, so it ends with the SSH session that started it.
 """
@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import paramiko
 
-from workers_app.schedulers.ssh import SSHConnection, SSHError
+from workers_app.transport.ssh import SSHConnection, SSHError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

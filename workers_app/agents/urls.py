@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from workers_app import agent_views
+from workers_app.agents import views as agent_views
 
 urlpatterns = [
     path("connect", agent_views.connect, name="agent-connect"),

@@ -22,10 +22,10 @@ from django.db import DatabaseError, close_old_connections
 from django.urls import reverse
 from redis.exceptions import RedisError
 
-from workers_app import agent_service
-from workers_app.agent_service import LAST_SEEN_GRANULARITY, AgentRefused
-from workers_app.agent_views import MAX_BODY, bearer_secret, parse_payload
-from workers_app.heartbeats import BEAT_SCRIPT, Beat, Beaten, HeartbeatStore, beat_outcome
+from workers_app.agents import service as agent_service
+from workers_app.agents.heartbeats import BEAT_SCRIPT, Beat, Beaten, HeartbeatStore, beat_outcome
+from workers_app.agents.service import LAST_SEEN_GRANULARITY, AgentRefused
+from workers_app.agents.views import MAX_BODY, bearer_secret, parse_payload
 from workers_app.models import hash_secret
 
 log = logging.getLogger(__name__)

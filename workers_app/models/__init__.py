@@ -1,0 +1,58 @@
+"""The data model, one module per area; everything is importable from here as Django expects."""
+
+from __future__ import annotations
+
+from workers_app.models.api_keys import ApiKey
+from workers_app.models.clusters import (
+    AccountOrigin,
+    AgentRelay,
+    AgentRoute,
+    Cluster,
+    ClusterAccount,
+    Reachability,
+    RelayState,
+    SchedulerKind,
+)
+from workers_app.models.environments import (
+    Environment,
+    EnvironmentField,
+    EnvironmentSource,
+    FieldKind,
+)
+from workers_app.models.identity import (
+    PUBLIC_ID_ALPHABET,
+    generate_public_id,
+    hash_secret,
+    job_name_for,
+    job_name_prefix,
+    new_agent_secret,
+)
+from workers_app.models.terminals import TerminalRecord
+from workers_app.models.workers import Worker, WorkerCommand, WorkerEvent, WorkerQuerySet
+
+__all__ = [
+    "PUBLIC_ID_ALPHABET",
+    "AccountOrigin",
+    "AgentRelay",
+    "AgentRoute",
+    "ApiKey",
+    "Cluster",
+    "ClusterAccount",
+    "Environment",
+    "EnvironmentField",
+    "EnvironmentSource",
+    "FieldKind",
+    "Reachability",
+    "RelayState",
+    "SchedulerKind",
+    "TerminalRecord",
+    "Worker",
+    "WorkerCommand",
+    "WorkerEvent",
+    "WorkerQuerySet",
+    "generate_public_id",
+    "hash_secret",
+    "job_name_for",
+    "job_name_prefix",
+    "new_agent_secret",
+]

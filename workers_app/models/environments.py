@@ -1,0 +1,93 @@
+"""Environments: a cluster's partition and the scheduling fields users may set."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from workers_app.models.clusters import Cluster
+
+
+class EnvironmentSource(models.TextChoices):
+    AUTO = "auto", "auto-detected"
+    CUSTOM = "custom", "custom"
+
+
+class Environment(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="environments")
+    name = models.SlugField(max_length=64)
+    partition = models.CharField(max_length=128, blank=True)
+    source = models.CharField(
+        max_length=8, choices=EnvironmentSource.choices, default=EnvironmentSource.CUSTOM
+    )
+    is_active = models.BooleanField(default=True)
+    nodes_total = models.PositiveIntegerField(null=True, blank=True)
+    nodes_available = models.PositiveIntegerField(null=True, blank=True)
+    nodes_updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "name"], name="environment_unique_per_cluster"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class FieldKind(models.TextChoices):
+    VALUE = "value", "single value"
+    DIRECTIVES = "directives", "raw scheduler directives, one per line"
+
+
+class EnvironmentField(models.Model):
+    """A scheduling field the user may set when requesting a worker from an environment."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="fields")
+    name = models.CharField(max_length=64)
+    label = models.CharField(max_length=128, blank=True)
+    kind = models.CharField(max_length=16, choices=FieldKind.choices, default=FieldKind.VALUE)
+    default = models.CharField(max_length=512, blank=True)
+    required = models.BooleanField(default=False)
+    pattern = models.CharField(
+        max_length=512, blank=True, help_text="Regular expression the whole value must match."
+    )
+    example = models.CharField(
+        max_length=128, blank=True, help_text="A valid value shown in errors, e.g. 04:00:00."
+    )
+    choices = models.JSONField(default=list, blank=True, help_text="Allowed values, if any.")
+    directive = models.CharField(
+        max_length=256,
+        blank=True,
+        help_text="The scheduler option this value becomes, with {value}, e.g. --time={value}.",
+    )
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["position", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "name"], name="field_unique_per_env")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        # Caught where the operator types it: a pattern that does not compile, or choices that
+        # are not strings, would otherwise fail every user's request from this environment.
+        errors: dict[str, str] = {}
+        if self.pattern:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                errors["pattern"] = f"Not a valid regular expression: {exc}."
+        if not isinstance(self.choices, list) or not all(
+            isinstance(choice, str) for choice in self.choices
+        ):
+            errors["choices"] = 'Must be a JSON list of strings, e.g. ["normal", "debug"].'
+        if errors:
+            raise ValidationError(errors)
