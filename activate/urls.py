@@ -5,7 +5,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from workers_app.views import health
+from workers_app.health import health
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -163,7 +163,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "workers_app.middleware.AgentHeartbeatFastPath",
+    "workers_app.agents.middleware.AgentHeartbeatFastPath",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

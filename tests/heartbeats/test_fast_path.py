@@ -9,7 +9,7 @@ import pytest
 from gunicorn.config import Config
 
 from activate.gunicorn_logging import QuietHeartbeatLogger
-from workers_app.middleware import AgentHeartbeatFastPath
+from workers_app.agents.middleware import AgentHeartbeatFastPath
 
 
 def logged_paths(entries: list[tuple[str, int]]) -> list[str]:
