@@ -102,6 +102,7 @@ def launch(session: Session) -> Launched:
 
 def _wait_for_report(worker: Worker, base: str) -> dict[str, object]:
     connection = connection_for(worker.cluster, worker.account)
+    adapter = adapter_for_worker(worker)
     deadline = time.monotonic() + READY_WITHIN
     output = ""
     while time.monotonic() < deadline:
@@ -115,8 +116,9 @@ def _wait_for_report(worker: Worker, base: str) -> dict[str, object]:
                 return report
             if isinstance(report, dict) and "error" in report:
                 raise LaunchFailed(str(report["error"])[:300])
-        if "srun: error" in output:
-            raise LaunchFailed(output.strip().splitlines()[-1][:300])
+        failure = adapter.interactive_failure(output)
+        if failure:
+            raise LaunchFailed(failure[:300])
         time.sleep(POLL_EVERY)
     tail = output.strip().splitlines()[-1:] or ["no output"]
     raise LaunchFailed(f"the program did not start within {READY_WITHIN:g} s ({tail[0][:200]})")

@@ -1,4 +1,5 @@
-"""Durations in the Workers table: wall time formats and what is left of it."""
+"""Durations in the Workers table: what is left of the wall time, read as the worker's
+scheduler writes it (the formats themselves: tests/schedulers/test_adapter_knowledge.py)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from workers_app.models import Worker
-from workers_app.pages.rows import in_words, time_left, walltime_seconds
+from workers_app.models import Cluster, Worker
+from workers_app.pages.rows import in_words, time_left
 from workers_app.statuses import WorkerStatus
-
-
-@pytest.mark.parametrize(
-    ("value", "seconds"),
-    [
-        ("04:00:00", 4 * 3600),
-        ("30", 30 * 60),
-        ("30:15", 30 * 60 + 15),
-        ("1-12", 36 * 3600),
-        ("2-03:30", (51 * 60 + 30) * 60),
-        ("1-00:00:10", 86410),
-        ("4 hours", None),
-        ("", None),
-    ],
-)
-def test_walltime_reads_the_schedulers_formats(value: str, seconds: int | None) -> None:
-    assert walltime_seconds(value) == seconds
 
 
 @pytest.mark.parametrize(
@@ -39,7 +23,8 @@ def test_durations_in_words(seconds: float, words: str) -> None:
 
 def test_time_left_counts_from_the_jobs_start_and_waits_before_it() -> None:
     now = timezone.now()
-    worker = Worker(params={"walltime": "01:00:00"}, status=WorkerStatus.QUEUED)
+    slurm = Cluster(scheduler="slurm")
+    worker = Worker(cluster=slurm, params={"walltime": "01:00:00"}, status=WorkerStatus.QUEUED)
     assert time_left(worker, now) == "1h 0m once started"
 
     worker.status, worker.started_at = WorkerStatus.CONNECTED, now - timedelta(minutes=15)
@@ -50,4 +35,15 @@ def test_time_left_counts_from_the_jobs_start_and_waits_before_it() -> None:
 
     worker.status = WorkerStatus.STOPPED
     assert time_left(worker, now) == ""
-    assert time_left(Worker(params={}, status=WorkerStatus.CONNECTED), now) == ""
+    assert time_left(Worker(cluster=slurm, params={}, status=WorkerStatus.CONNECTED), now) == ""
+
+
+@pytest.mark.parametrize(("scheduler", "left"), [("slurm", "1h 30m"), ("pbs", "1m")])
+def test_time_left_reads_the_wall_time_as_the_workers_scheduler_does(
+    scheduler: str, left: str
+) -> None:
+    # "90" is minutes to sbatch --time and seconds to PBS's walltime.
+    worker = Worker(
+        cluster=Cluster(scheduler=scheduler), params={"walltime": "90"}, status=WorkerStatus.QUEUED
+    )
+    assert time_left(worker, timezone.now()) == f"{left} once started"

@@ -222,6 +222,7 @@ def test_rendered_script() -> None:
         "#PBS -l walltime=04:00:00",
         "#PBS -A proj1",
         "export ACTIVATE_WORKER_ID=w2abc",
+        'export ACTIVATE_JOB_ID="${PBS_JOBID:-}"',
         "exec sleep 10",
     ]
 

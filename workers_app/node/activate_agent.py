@@ -3,7 +3,8 @@
 
 Standard library only, Python 3.6+, so it runs on whatever Python 3 a compute node has.
 Configuration comes from the environment the job script sets:
-ACTIVATE_URL, ACTIVATE_WORKER_ID, ACTIVATE_WORKER_SECRET, ACTIVATE_HEARTBEAT_INTERVAL.
+ACTIVATE_URL, ACTIVATE_WORKER_ID, ACTIVATE_WORKER_SECRET, ACTIVATE_HEARTBEAT_INTERVAL, and
+ACTIVATE_JOB_ID (the job's id, copied by the script from wherever its scheduler puts it).
 Exit codes: 0 the platform ended the worker (or SIGTERM), 3 the secret was refused.
 """
 
@@ -46,13 +47,6 @@ def post(url: str, secret: str, payload: dict, timeout: float) -> dict:
         raise Refused(exc.code) from None
 
 
-def job_id() -> str:
-    for name in ("SLURM_JOB_ID", "PBS_JOBID", "ACTIVATE_JOB_ID"):
-        if os.environ.get(name):
-            return os.environ[name]
-    return ""
-
-
 def main() -> int:
     base = os.environ["ACTIVATE_URL"].rstrip("/")
     worker = os.environ["ACTIVATE_WORKER_ID"]
@@ -61,7 +55,11 @@ def main() -> int:
     timeout = max(2.0, min(10.0, interval))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     hostname = socket.gethostname()
-    identity = {"worker": worker, "hostname": hostname, "job_id": job_id()}
+    identity = {
+        "worker": worker,
+        "hostname": hostname,
+        "job_id": os.environ.get("ACTIVATE_JOB_ID", ""),
+    }
     connected = False
     # Short blips are retried quickly; a long outage is retried at the heartbeat interval.
     retry_delay = min(2.0, interval)

@@ -2,38 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from workers_app.models import Worker
+from workers_app.schedulers import adapter_class
 from workers_app.statuses import FINISHED, WorkerStatus
 
-# Slurm's time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (PBS uses HH:MM:SS).
-_WALLTIME = re.compile(
-    r"^(?:(?P<days>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
-    r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)$"
-)
 # Statuses whose job holds a node, so its wall time is running out.
 RUNNING = frozenset({WorkerStatus.STARTING, WorkerStatus.CONNECTED, WorkerStatus.STOPPING})
-
-
-def walltime_seconds(value: str) -> int | None:
-    """Seconds in a scheduler wall time such as ``04:00:00`` or ``1-12``; None if unreadable."""
-    match = _WALLTIME.fullmatch(value.strip())
-    if match is None:
-        return None
-    parts = match.groupdict()
-    if parts["days"] is not None:
-        days, hours = int(parts["days"]), int(parts["dh"])
-        minutes, seconds = int(parts["dm"] or 0), int(parts["ds"] or 0)
-        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    a, b, c = parts["a"], parts["b"], parts["c"]
-    if c is not None:  # HH:MM:SS
-        return int(a) * 3600 + int(b) * 60 + int(c)
-    if b is not None:  # MM:SS
-        return int(a) * 60 + int(b)
-    return int(a) * 60  # MM
 
 
 def in_words(seconds: float) -> str:
@@ -79,7 +56,9 @@ def time_left(worker: Worker, now: datetime) -> str:
     """``3h 12m left`` for a job holding a node; the requested wall time while it waits."""
     if worker.status in FINISHED:
         return ""
-    limit = walltime_seconds(str(worker.params.get("walltime", "")))
+    # Read as the worker's scheduler writes it (Slurm's "30" is minutes, PBS's seconds).
+    scheduler = adapter_class(worker.cluster.scheduler)
+    limit = scheduler.parse_walltime(str(worker.params.get("walltime", "")))
     if limit is None:
         return ""
     started = worker.started_at or worker.connected_at

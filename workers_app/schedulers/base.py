@@ -101,10 +101,14 @@ class FieldSyntax:
 
 
 NAME_PATTERN = r"[A-Za-z0-9_.-]+"
+# The wall times an auto-detected environment proposes, in seconds; each adapter writes them.
+DEFAULT_WALLTIME = 3600
+EXAMPLE_WALLTIME = 4 * 3600
 # The fields an auto-detected environment offers, whatever the scheduler; each adapter says
 # which it supports and how (``field_syntax``).
 STANDARD_FIELDS = (
-    FieldTemplate(name="walltime", label="Wall Time", default="01:00:00", example="04:00:00"),
+    # Default and example come from the adapter (format_walltime).
+    FieldTemplate(name="walltime", label="Wall Time"),
     FieldTemplate(
         name="numNodes", label="Nodes", default="1", pattern=r"[1-9][0-9]{0,4}", example="2"
     ),
@@ -112,6 +116,13 @@ STANDARD_FIELDS = (
     FieldTemplate(name="qos", label="QoS", pattern=NAME_PATTERN, example="normal"),
     FieldTemplate(name="directives", label="Scheduler directives", kind="directives"),
 )
+
+
+def clock_time(seconds: int) -> str:
+    """``HH:MM:SS``, with as many hour digits as it takes: the wall-time form most schedulers
+    read."""
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
 
 
 @dataclass(frozen=True)
@@ -126,6 +137,8 @@ class JobSpec:
 # Values that may go into a directive: no whitespace, no shell or line metacharacters.
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,=@%+/\-\[\]]+$")
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Where a job script hands the node agent its job id, whatever the scheduler calls it.
+JOB_ID_VARIABLE = "ACTIVATE_JOB_ID"
 
 
 class SchedulerAdapter(ABC):
@@ -135,6 +148,9 @@ class SchedulerAdapter(ABC):
     # Options a user may set in raw directives, by full name (``option_of`` spells them). An
     # allowlist: schedulers accept any unique prefix of a long option, so no denylist holds.
     allowed_options: frozenset[str]
+    # The environment variable in which a running job finds its own id; "" when the adapter
+    # puts the id in JOB_ID_VARIABLE itself.
+    job_id_variable: str
 
     def __init__(self, runner: CommandRunner) -> None:
         self.runner = runner
@@ -146,6 +162,12 @@ class SchedulerAdapter(ABC):
             syntax = self.field_syntax.get(template.name)
             if syntax is None:
                 continue
+            if template.name == "walltime":
+                template = replace(
+                    template,
+                    default=self.format_walltime(DEFAULT_WALLTIME),
+                    example=self.format_walltime(EXAMPLE_WALLTIME),
+                )
             fields.append(
                 replace(
                     template,
@@ -155,6 +177,17 @@ class SchedulerAdapter(ABC):
                 )
             )
         return fields
+
+    @classmethod
+    @abstractmethod
+    def parse_walltime(cls, value: str) -> int | None:
+        """Seconds in a wall time as this scheduler's wall-time field takes it (e.g.
+        ``04:00:00``); None when the value is not one."""
+
+    @classmethod
+    @abstractmethod
+    def format_walltime(cls, seconds: int) -> str:
+        """``seconds`` (more than zero) written as this scheduler's wall-time field takes it."""
 
     @classmethod
     @abstractmethod
@@ -197,6 +230,8 @@ class SchedulerAdapter(ABC):
         lines += [f"{self.directive_prefix} {d}" for d in self.header_directives(spec)]
         lines += [f"{self.directive_prefix} {d}" for d in spec.directives]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.environment.items())]
+        if self.job_id_variable:
+            lines.append(f'export {JOB_ID_VARIABLE}="${{{self.job_id_variable}:-}}"')
         lines.append(spec.command)
         return "\n".join(lines) + "\n"
 
@@ -296,3 +331,9 @@ class SchedulerAdapter(ABC):
     def interactive_command(self, job_id: str, argv: list[str], *, pty: bool) -> str:
         """The login host's command line that runs argv (none: the user's login shell) on the
         job's node, inside its allocation, under a terminal of its own when ``pty``."""
+
+    @classmethod
+    @abstractmethod
+    def interactive_failure(cls, output: str) -> str | None:
+        """Why an ``interactive_command`` did not start its program, from what the command
+        printed (its client's errors, never the program's own); None if nothing says so."""

@@ -18,8 +18,10 @@ import secrets
 import shlex
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 from workers_app.schedulers.base import (
+    JOB_ID_VARIABLE,
     SAFE_VALUE,
     CommandResult,
     FieldSyntax,
@@ -31,6 +33,7 @@ from workers_app.schedulers.base import (
     QueryResult,
     SchedulerAdapter,
     SchedulerError,
+    clock_time,
 )
 
 log = logging.getLogger(__name__)
@@ -238,6 +241,8 @@ def new_job_id() -> str:
 class HostAdapter(SchedulerAdapter):
     kind = "host"
     directive_prefix = "#ACTIVATE"
+    # No scheduler names the job: its id goes into the script (submit).
+    job_id_variable = ""
     allowed_options = frozenset({"time"})
     field_syntax = {"walltime": FieldSyntax("--time={value}", WALLTIME_PATTERN)}
 
@@ -255,13 +260,26 @@ class HostAdapter(SchedulerAdapter):
                 return str(exc)
         return problem
 
+    @classmethod
+    def parse_walltime(cls, value: str) -> int | None:
+        try:
+            return walltime_seconds(value.strip())
+        except SchedulerError:
+            return None
+
+    @classmethod
+    def format_walltime(cls, seconds: int) -> str:
+        return clock_time(seconds)
+
     def header_directives(self, spec: JobSpec) -> list[str]:
         return [f"--job-name={spec.name}"]
 
     def submit(self, spec: JobSpec) -> str:
-        script = self.render_script(spec)
-        name, limit = parse_header(script)
         job_id = new_job_id()
+        script = self.render_script(
+            replace(spec, environment={**spec.environment, JOB_ID_VARIABLE: job_id})
+        )
+        name, limit = parse_header(script)
         result = self.runner.run(
             [
                 "sh",
@@ -346,6 +364,11 @@ class HostAdapter(SchedulerAdapter):
         if not JOB_ID.fullmatch(job_id):
             raise ValueError(f"not a host job id: {job_id!r}")
         return shlex.join(argv) if argv else 'exec "${SHELL:-/bin/sh}" -l'
+
+    @classmethod
+    def interactive_failure(cls, output: str) -> str | None:
+        # The command runs in the login shell itself: no client stands between to fail.
+        return None
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         return {

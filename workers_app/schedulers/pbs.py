@@ -28,6 +28,7 @@ from workers_app.schedulers.base import (
     QueryResult,
     SchedulerAdapter,
     SchedulerError,
+    clock_time,
 )
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,11 @@ JOB_ID = re.compile(r"^[0-9]+(?:\[[0-9]*\])?(?:\.[A-Za-z0-9_.-]+)?$")
 NAME_ARGUMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]*$")
 UNKNOWN_JOB = re.compile(r"^qstat: Unknown Job Id (\S+)$")
 WALLTIME_PATTERN = r"[0-9]+:[0-5][0-9]:[0-5][0-9]|[0-9]+"
+# pbs_resources(7B) durations: [[hours:]minutes:]seconds[.milliseconds].
+WALLTIME = re.compile(r"^(?:(?:([0-9]+):)?([0-9]+):)?([0-9]+)(?:\.[0-9]+)?$")
+# What OpenSSH's client says when it cannot run a command on the node at all (the program's
+# own errors never start like this): no such host, no connection, a refused key or login.
+SSH_FAILURE = re.compile(r"^ssh: |^Host key verification failed\.|(?:^|: )Permission denied \(")
 
 # What users may set in raw directives: a few plain options, and resources of -l by name.
 # Never: the name (it carries the worker id), output, the queue (the environment's), arrays,
@@ -81,6 +87,14 @@ def short_id(job_id: str) -> str:
 def first_exec_host(exec_host: str) -> str:
     """ "node7/0*2+node8/0*2" -> "node7"."""
     return exec_host.split("+", 1)[0].split("/", 1)[0].strip() if exec_host else ""
+
+
+def walltime_seconds(value: str) -> int | None:
+    match = WALLTIME.fullmatch(value.strip())
+    if match is None:
+        return None
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def _json_output(result: CommandResult, what: str) -> dict[str, Any]:
@@ -204,6 +218,7 @@ def _node_free(node: dict[str, Any]) -> bool:
 class PbsAdapter(SchedulerAdapter):
     kind = "pbs"
     directive_prefix = "#PBS"
+    job_id_variable = "PBS_JOBID"
     unavailable_markers = (
         "Cannot connect to server",
         "cannot connect to server",
@@ -230,6 +245,14 @@ class PbsAdapter(SchedulerAdapter):
             return flag
         resource = RESOURCE.fullmatch(value or "")
         return f"-l {resource.group(1)}" if resource else None
+
+    @classmethod
+    def parse_walltime(cls, value: str) -> int | None:
+        return walltime_seconds(value)
+
+    @classmethod
+    def format_walltime(cls, seconds: int) -> str:
+        return clock_time(seconds)
 
     def header_directives(self, spec: JobSpec) -> list[str]:
         # Output is discarded for the reasons given in SlurmAdapter.header_directives.
@@ -347,6 +370,11 @@ class PbsAdapter(SchedulerAdapter):
         node = self._running_node(job_id)
         ssh = ["ssh", "-tt" if pty else "-T", "-o", "BatchMode=yes", node]
         return shlex.join([*ssh, "--", shlex.join(argv)] if argv else ssh)
+
+    @classmethod
+    def interactive_failure(cls, output: str) -> str | None:
+        failures = [line for line in output.splitlines() if SSH_FAILURE.search(line.strip())]
+        return failures[-1].strip() if failures else None
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         # Jobs of the cluster account only; qselect without -x lists unfinished ones.

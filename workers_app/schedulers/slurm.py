@@ -26,6 +26,7 @@ from workers_app.schedulers.base import (
     SchedulerAdapter,
     SchedulerError,
     SchedulerUnavailable,
+    clock_time,
 )
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,11 @@ WALLTIME_PATTERN = (
     r"[0-9]+|[0-9]+:[0-5]?[0-9]|[0-9]+:[0-5]?[0-9]:[0-5]?[0-9]"
     r"|[0-9]+-[0-9]{1,2}|[0-9]+-[0-9]{1,2}:[0-5]?[0-9]|[0-9]+-[0-9]{1,2}:[0-5]?[0-9]:[0-5]?[0-9]"
 )
+# sbatch(1) --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+WALLTIME = re.compile(
+    r"^(?:(?P<days>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
+    r"|(?P<a>[0-9]+)(?::(?P<b>[0-9]+)(?::(?P<c>[0-9]+))?)?)$"
+)
 # A job name squeue --name can take (a comma would make it a list).
 NAME_ARGUMENT = re.compile(r"^[A-Za-z0-9_.:=@%+/\-\[\]]+$")
 
@@ -119,6 +125,8 @@ SUBMIT_LOOP = (
 # host, which the controller does not serialize.
 SUBMIT_CHUNK = 50
 SUBMIT_PARALLEL = 3
+# What srun prints when it cannot start or keep a step (its own errors, not the program's).
+STEP_ERROR = "srun: error"
 # Names per squeue --name (a comma-separated list).
 NAME_CHUNK = 100
 ACCOUNTING_DISABLED = "accounting storage is disabled"
@@ -143,6 +151,30 @@ def exit_code_from_status(raw: str) -> str:
     """squeue's exit_code is a wait(2) status; Slurm shows it as "code:signal"."""
     status = int(raw)
     return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
+
+
+def walltime_seconds(value: str) -> int | None:
+    """Seconds in a --time value such as ``04:00:00`` or ``1-12``; None if it is not one."""
+    match = WALLTIME.fullmatch(value.strip())
+    if match is None:
+        return None
+    parts = match.groupdict()
+    if parts["days"] is not None:
+        days, hours = int(parts["days"]), int(parts["dh"])
+        minutes, seconds = int(parts["dm"] or 0), int(parts["ds"] or 0)
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    a, b, c = parts["a"], parts["b"], parts["c"]
+    if c is not None:  # HH:MM:SS
+        return int(a) * 3600 + int(b) * 60 + int(c)
+    if b is not None:  # MM:SS
+        return int(a) * 60 + int(b)
+    return int(a) * 60  # MM
+
+
+def format_walltime(seconds: int) -> str:
+    """``HH:MM:SS``, or ``D-HH:MM:SS`` from a day on."""
+    days, rest = divmod(seconds, 86400)
+    return f"{days}-{clock_time(rest)}" if days else clock_time(rest)
 
 
 def phase_of(state: str, *, node: str = "") -> tuple[Phase, bool]:
@@ -323,6 +355,7 @@ def _node_takes_jobs(state: str) -> bool:
 class SlurmAdapter(SchedulerAdapter):
     kind = "slurm"
     directive_prefix = "#SBATCH"
+    job_id_variable = "SLURM_JOB_ID"
     unavailable_markers = (
         "Unable to contact slurm controller",
         "Socket timed out",
@@ -344,6 +377,14 @@ class SlurmAdapter(SchedulerAdapter):
     def option_of(cls, directive: str) -> str | None:
         match = LONG_OPTION.fullmatch(directive)
         return match.group(1) if match else None
+
+    @classmethod
+    def parse_walltime(cls, value: str) -> int | None:
+        return walltime_seconds(value)
+
+    @classmethod
+    def format_walltime(cls, seconds: int) -> str:
+        return format_walltime(seconds)
 
     def header_directives(self, spec: JobSpec) -> list[str]:
         # Output goes nowhere: nobody owns cleaning files in users' home directories, the
@@ -566,6 +607,13 @@ class SlurmAdapter(SchedulerAdapter):
             # The user's shell, as the login host names it: expanded there, not by us.
             return shlex.join([*step, "--"]) + ' "${SHELL:-/bin/sh}" -l'
         return shlex.join([*step, "--", *argv])
+
+    @classmethod
+    def interactive_failure(cls, output: str) -> str | None:
+        # srun's last words say why (the step was refused, or the node could not run it).
+        if STEP_ERROR not in output:
+            return None
+        return output.strip().splitlines()[-1]
 
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
         # Live jobs of the cluster account only (--me): platform jobs all run under it.
