@@ -4,6 +4,7 @@ do not. Read from the source, so a new import that breaks a rule fails here."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,72 @@ def test_bench_and_drills_do_not_import_tests_or_each_other() -> None:
             assert first != "tests", f"{name} imports {target}"
             if top != "harness":
                 assert first not in {"bench", "drills"} - {top}, f"{name} imports {target}"
+
+
+SCHEDULERS = "workers_app.schedulers"
+# A scheduler's commands and variables: only its adapter may name them in code.
+SCHEDULER_WORDS = re.compile(
+    r"SLURM_|PBS_|(?<![A-Za-z])(?:srun|sbatch|squeue|scontrol|qsub|qstat)(?![A-Za-z])"
+)
+
+
+def code_words(source: str) -> list[str]:
+    """The strings and names a module's code uses; docstrings (and comments) are left out."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    words: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and id(node) not in docstrings:
+            if isinstance(node.value, str):
+                words.append(node.value)
+            elif isinstance(node.value, bytes):
+                words.append(node.value.decode("latin-1"))
+        elif isinstance(node, ast.Name):
+            words.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.append(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            words.append(node.name)
+        elif isinstance(node, ast.arg | ast.keyword) and node.arg:
+            words.append(node.arg)
+        elif isinstance(node, ast.alias):
+            words += [node.name, node.asname or ""]
+    return words
+
+
+def test_the_scheduler_words_are_found_in_code_and_not_in_docstrings() -> None:
+    source = (
+        '"""Runs srun."""\n'
+        "def submit(squeue_output):\n"
+        '    """Like sbatch."""\n'
+        "    # qsub would do too\n"
+        '    return f"sbatch {squeue_output}" + os.environ["PBS_JOBID"]\n'
+    )
+    found = {m.group() for word in code_words(source) for m in SCHEDULER_WORDS.finditer(word)}
+    assert found == {"squeue", "sbatch", "PBS_"}
+
+
+def test_only_the_adapters_name_a_schedulers_commands_or_variables() -> None:
+    named = {}
+    for name, path in modules().items():
+        if name.split(".")[0] not in ("workers_app", "sessions_app"):
+            continue
+        if name == SCHEDULERS or name.startswith(SCHEDULERS + "."):
+            continue
+        words = code_words(path.read_text())
+        found = {m.group() for word in words for m in SCHEDULER_WORDS.finditer(word)}
+        if found:
+            named[name] = sorted(found)
+    assert named == {}, "scheduler knowledge outside workers_app/schedulers/"
+    # The check reads the adapters' way of speaking: it would find them there.
+    slurm = code_words((REPO / "workers_app" / "schedulers" / "slurm.py").read_text())
+    assert {m.group() for word in slurm for m in SCHEDULER_WORDS.finditer(word)} >= {
+        "sbatch",
+        "squeue",
+        "srun",
+        "SLURM_",
+    }
