@@ -1,67 +1,27 @@
 """The session lifecycle: one function per status change, and nothing else writes a status.
 
 Each change is a compare-and-set on the status that was read plus an event row, in one
-transaction, exactly as workers' lifecycle does; the caller learns whether it won.
+transaction, through the state machine workers' lifecycle uses too; the caller learns whether
+it won.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from sessions_app.models import Session, SessionEvent
-from sessions_app.statuses import FINISHED, LIVE, SessionStatus, can_transition
+from sessions_app.statuses import FINISHED, LIVE, TRANSITIONS, SessionStatus
+from workers_app.statemachine import StateMachine
 
 S = SessionStatus
-log = logging.getLogger(__name__)
 
 REASON_STOPPED = "Stopped by user"
 REASON_WORKER_DELETED = "Its worker was deleted"
 REASON_DISCONNECTED = "Worker disconnected"
 
-_MAX_RACE_RETRIES = 5
-
-
-def _change(
-    session: Session,
-    new: SessionStatus,
-    *,
-    allowed_from: Iterable[SessionStatus],
-    reason: str,
-    fields: dict[str, Any] | None = None,
-    now: datetime | None = None,
-) -> bool:
-    allowed = frozenset(allowed_from)
-    now = now or timezone.now()
-    for _ in range(_MAX_RACE_RETRIES):
-        current = Session.objects.filter(pk=session.pk).values_list("status", flat=True).first()
-        if current is None or current not in allowed or not can_transition(current, new):
-            if current is not None:
-                session.status = current
-            return False
-        values: dict[str, Any] = {"status": new, "status_reason": reason[:512], "updated_at": now}
-        if new in FINISHED:
-            values["ended_at"] = now
-        values.update(fields or {})
-        with transaction.atomic():
-            if Session.objects.filter(pk=session.pk, status=current).update(**values) == 1:
-                SessionEvent.objects.create(
-                    session_id=session.pk,
-                    old_status=current,
-                    new_status=new,
-                    reason=values["status_reason"],
-                    at=now,
-                )
-                for name, value in values.items():
-                    setattr(session, name, value)
-                log.info("session %s: %s -> %s (%s)", session.public_id, current, new, reason)
-                return True
-    return False
+_MACHINE = StateMachine(Session, SessionEvent, TRANSITIONS, FINISHED, finished_field="ended_at")
 
 
 def record_requested(session: Session) -> None:
@@ -72,12 +32,12 @@ def record_requested(session: Session) -> None:
 
 def claim_start(session: Session) -> bool:
     """One caller wins the right to start the program."""
-    return _change(session, S.STARTING, allowed_from=[S.PENDING], reason="")
+    return _MACHINE.change(session, S.STARTING, allowed_from=[S.PENDING], reason="")
 
 
 def release_start(session: Session, *, reason: str) -> bool:
     """The start did not finish (its worker is not connected yet): try again later."""
-    return _change(session, S.PENDING, allowed_from=[S.STARTING], reason=reason)
+    return _MACHINE.change(session, S.PENDING, allowed_from=[S.STARTING], reason=reason)
 
 
 def mark_running(
@@ -91,12 +51,12 @@ def mark_running(
     }
     if login_cookie:
         fields["login_cookie_encrypted"] = Session.encrypt(login_cookie)
-    return _change(session, S.RUNNING, allowed_from=[S.STARTING], reason="", fields=fields)
+    return _MACHINE.change(session, S.RUNNING, allowed_from=[S.STARTING], reason="", fields=fields)
 
 
 def end_session(session: Session, *, reason: str) -> bool:
-    return _change(session, S.ENDED, allowed_from=LIVE, reason=reason)
+    return _MACHINE.change(session, S.ENDED, allowed_from=LIVE, reason=reason)
 
 
 def fail_session(session: Session, *, reason: str) -> bool:
-    return _change(session, S.FAILED, allowed_from=LIVE, reason=reason)
+    return _MACHINE.change(session, S.FAILED, allowed_from=LIVE, reason=reason)

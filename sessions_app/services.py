@@ -17,7 +17,6 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from activate.celery import app
 from sessions_app import launch, lifecycle
 from sessions_app.models import Session, SessionType
 from sessions_app.statuses import LIVE, SessionStatus
@@ -25,6 +24,7 @@ from workers_app import services as worker_services
 from workers_app.models import Worker
 from workers_app.params import ParameterError
 from workers_app.schedulers.base import QueryFailed, SchedulerError
+from workers_app.statemachine import enqueue_on_commit
 from workers_app.statuses import FINISHED as WORKER_FINISHED
 from workers_app.statuses import WorkerStatus
 from workers_app.transport.ssh import SSHError
@@ -39,16 +39,6 @@ STOP_TASK = "sessions_app.tasks.stop_program"
 START_TIMEOUT = timedelta(seconds=300)
 # VNC passwords are at most 8 characters; code-server's may be longer.
 SECRET_LENGTH = {SessionType.DESKTOP: 8, SessionType.VSCODE: 32}
-
-
-def _enqueue_on_commit(task: str, session_id: int) -> None:
-    def send() -> None:
-        try:
-            app.signature(task, args=(session_id,)).apply_async()
-        except Exception as exc:  # the sweep picks the session up instead
-            log.warning("could not queue %s(%s) (the sweep will): %s", task, session_id, exc)
-
-    transaction.on_commit(send)
 
 
 def default_name(session_type: str) -> str:
@@ -104,7 +94,7 @@ def create_session(
         session.set_secret(secrets.token_urlsafe(24)[: SECRET_LENGTH[SessionType(session_type)]])
         session.save()
         lifecycle.record_requested(session)
-        _enqueue_on_commit(START_TASK, session.pk)
+        enqueue_on_commit(START_TASK, session.pk)
     return session
 
 
@@ -175,7 +165,7 @@ def stop_session(session: Session, *, reason: str = lifecycle.REASON_STOPPED) ->
             if worker.status not in WORKER_FINISHED:
                 worker_services.delete_worker(worker)
         elif changed and session.node_pid is not None:
-            _enqueue_on_commit(STOP_TASK, session.pk)
+            enqueue_on_commit(STOP_TASK, session.pk)
     return changed
 
 
@@ -224,7 +214,7 @@ def sweep_sessions(now: datetime | None = None) -> int:
     ).values_list("pk", flat=True)
     queued = 0
     for session_id in ready[:200]:
-        _enqueue_on_commit(START_TASK, session_id)
+        enqueue_on_commit(START_TASK, session_id)
         queued += 1
     for session in Session.objects.filter(status=S.STARTING, updated_at__lt=now - START_TIMEOUT):
         lifecycle.fail_session(session, reason="Could not start: the start was interrupted")

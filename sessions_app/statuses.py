@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from workers_app import statemachine
+
 
 class SessionStatus(models.TextChoices):
     # Requested; waits for its worker to be connected.
@@ -34,4 +36,4 @@ LIVE = frozenset(set(SessionStatus) - FINISHED)
 
 
 def can_transition(old: SessionStatus | str, new: SessionStatus | str) -> bool:
-    return SessionStatus(new) in TRANSITIONS[SessionStatus(old)]
+    return statemachine.can_transition(TRANSITIONS, old, new)

@@ -19,7 +19,8 @@ from django.utils import timezone
 from workers_app import effects, signals
 from workers_app.agents import heartbeats
 from workers_app.models import Worker, WorkerEvent
-from workers_app.statuses import FINISHED, WorkerStatus, can_transition
+from workers_app.statemachine import StateMachine
+from workers_app.statuses import FINISHED, TRANSITIONS, WorkerStatus
 
 S = WorkerStatus
 log = logging.getLogger(__name__)
@@ -30,8 +31,6 @@ REASON_DISCONNECTED = "Worker disconnected"
 REASON_DELETED = "Deleted by user"
 REASON_CANCELED = "Canceled"
 REASON_CANCELED_BEFORE_SUBMIT = "Canceled before it was sent to the cluster"
-
-_MAX_RACE_RETRIES = 5
 
 
 def _deadline(status: WorkerStatus, now: datetime) -> datetime | None:
@@ -48,6 +47,9 @@ def initial_deadline(now: datetime) -> datetime | None:
     return _deadline(S.PENDING, now)
 
 
+_MACHINE = StateMachine(Worker, WorkerEvent, TRANSITIONS, FINISHED, finished_field="finished_at")
+
+
 def _change(
     worker: Worker,
     new: WorkerStatus,
@@ -62,43 +64,17 @@ def _change(
 
     Returns whether this call made the change. ``worker`` is refreshed with the written values.
     """
-    allowed = frozenset(allowed_from)
     now = now or timezone.now()
-    for _ in range(_MAX_RACE_RETRIES):
-        current = Worker.objects.filter(pk=worker.pk).values_list("status", flat=True).first()
-        if current is None or current not in allowed or not can_transition(current, new):
-            if current is not None:
-                worker.status = current
-            return False
-        values: dict[str, Any] = {
-            "status": new,
-            "status_reason": reason[:512],
-            "updated_at": now,
-            "deadline_at": _deadline(new, now),
-        }
-        if new in FINISHED:
-            values["finished_at"] = now
-        values.update(fields or {})
-        with transaction.atomic():
-            rows = Worker.objects.filter(pk=worker.pk, status=current, **(match or {}))
-            won = rows.update(**values) == 1
-            if won:
-                WorkerEvent.objects.create(
-                    worker_id=worker.pk,
-                    old_status=current,
-                    new_status=new,
-                    reason=values["status_reason"],
-                    at=now,
-                )
-                for name, value in values.items():
-                    setattr(worker, name, value)
-                _after_change(worker, S(current), new)
-                log.info("worker %s: %s -> %s (%s)", worker.public_id, current, new, reason)
-                return True
-            if match and not Worker.objects.filter(pk=worker.pk, **match).exists():
-                return False
-        # Someone else changed the status between our read and our write: read again.
-    return False
+    return _MACHINE.change(
+        worker,
+        new,
+        allowed_from=allowed_from,
+        reason=reason,
+        now=now,
+        fields={"deadline_at": _deadline(new, now), **(fields or {})},
+        match=match,
+        after=lambda changed, old: _after_change(changed, S(old), new),
+    )
 
 
 def _after_change(worker: Worker, old: WorkerStatus, new: WorkerStatus) -> None:

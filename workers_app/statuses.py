@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from workers_app import statemachine
+
 
 class WorkerStatus(models.TextChoices):
     # Requested; not yet accepted by the scheduler (waits here while the cluster is unreachable).
@@ -41,4 +43,4 @@ WITH_JOB = frozenset({S.QUEUED, S.STARTING, S.CONNECTED, S.STOPPING})
 
 
 def can_transition(old: WorkerStatus | str, new: WorkerStatus | str) -> bool:
-    return WorkerStatus(new) in TRANSITIONS[WorkerStatus(old)]
+    return statemachine.can_transition(TRANSITIONS, old, new)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from workers_app import effects
+from workers_app import effects, statemachine
 from workers_app.models import Environment, Worker, WorkerEvent
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +20,7 @@ BODY = {"cluster": "test-slurm", "environment": "compute", "params": {"account":
 def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...]]]:
     """The messages sent to the broker."""
     sent: list[tuple[str, tuple[Any, ...]]] = []
-    monkeypatch.setattr(effects, "_enqueue", lambda task, args: sent.append((task, args)))
+    monkeypatch.setattr(statemachine, "_enqueue", lambda task, args: sent.append((task, args)))
     return sent
 
 
