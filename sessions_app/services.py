@@ -37,6 +37,8 @@ START_TASK = "sessions_app.tasks.start_session"
 STOP_TASK = "sessions_app.tasks.stop_program"
 # A start claimed this long ago and still not done: its process died; the session fails.
 START_TIMEOUT = timedelta(seconds=300)
+# The session sweep reads ready sessions this many at a time.
+SWEEP_BATCH = 200
 # VNC passwords are at most 8 characters; code-server's may be longer.
 SECRET_LENGTH = {SessionType.DESKTOP: 8, SessionType.VSCODE: 32}
 
@@ -206,16 +208,25 @@ def check_program(session_id: int) -> bool:
     return running
 
 
-def sweep_sessions(now: datetime | None = None) -> int:
-    """Queue starts of pending sessions whose worker is connected; fail starts that died."""
+def sweep_sessions(now: datetime | None = None, *, batch: int = SWEEP_BATCH) -> int:
+    """Queue starts of pending sessions whose worker is connected; fail starts that died.
+
+    The ready sessions are read in batches by id and the sweep goes on while a batch comes back
+    full, so none waits for a later beat behind the first ``batch``.
+    """
     now = now or timezone.now()
     ready = Session.objects.filter(
         status=S.PENDING, worker__status=WorkerStatus.CONNECTED
-    ).values_list("pk", flat=True)
-    queued = 0
-    for session_id in ready[:200]:
-        enqueue_on_commit(START_TASK, session_id)
-        queued += 1
+    ).order_by("pk")
+    queued, last = 0, 0
+    while True:
+        ids = list(ready.filter(pk__gt=last).values_list("pk", flat=True)[:batch])
+        for session_id in ids:
+            enqueue_on_commit(START_TASK, session_id)
+        queued += len(ids)
+        if len(ids) < batch:
+            break
+        last = ids[-1]
     for session in Session.objects.filter(status=S.STARTING, updated_at__lt=now - START_TIMEOUT):
         lifecycle.fail_session(session, reason="Could not start: the start was interrupted")
     return queued

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import Task, shared_task
@@ -57,13 +59,25 @@ def poll_clusters() -> int:
     return _fan_out(poll_cluster, ids, expires=settings.ACTIVATE_POLL_INTERVAL)
 
 
+def _in_batches(task: Task, batch: Callable[[int], int]) -> int:
+    """Run ``batch`` (it handles at most the number it is given, and says how many) while it
+    comes back full: a full batch means more may be due, which should not wait for the next
+    beat. After a sweep interval a fresh ``task`` goes on, so no sweep holds a process long."""
+    until = time.monotonic() + settings.ACTIVATE_SWEEP_INTERVAL
+    handled = 0
+    while True:
+        count = batch(sweeps.BATCH)
+        handled += count
+        if count < sweeps.BATCH:
+            return handled
+        if time.monotonic() >= until:
+            task.delay()
+            return handled
+
+
 @shared_task
 def sweep_timeouts() -> int:
-    handled = sweeps.sweep_timeouts(limit=sweeps.BATCH)
-    if handled == sweeps.BATCH:
-        # A full batch means more may be overdue: continue now rather than at the next beat.
-        sweep_timeouts.delay()
-    return handled
+    return _in_batches(sweep_timeouts, lambda limit: sweeps.sweep_timeouts(limit=limit))
 
 
 @shared_task
@@ -71,13 +85,17 @@ def sweep_heartbeats() -> int:
     return sweeps.sweep_heartbeats()
 
 
-@shared_task
-def dispatch_pending() -> int:
-    ids = sweeps.dispatch_pending()
+def _dispatch_batch(limit: int) -> int:
+    ids = sweeps.dispatch_pending(limit=limit)
     if ids:
         # One message: the workers of each (cluster, account) are submitted together.
         submit_workers.delay(ids)
     return len(ids)
+
+
+@shared_task
+def dispatch_pending() -> int:
+    return _in_batches(dispatch_pending, _dispatch_batch)
 
 
 @shared_task

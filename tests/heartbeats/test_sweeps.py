@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
 
+from tests.broker import queued_messages
 from tests.factories import WorkerFactory
-from workers_app import lifecycle, services, sweeps
+from workers_app import effects, lifecycle, services, sweeps, tasks
 from workers_app.agents.heartbeats import HeartbeatStore
 from workers_app.models import Worker
 from workers_app.redis_connection import redis_client
@@ -101,3 +103,61 @@ def test_dispatch_sends_due_pending_workers_once_per_lease() -> None:
     worker = WorkerFactory(next_attempt_at=timezone.now() - timedelta(seconds=1))
     assert sweeps.dispatch_pending() == [worker.pk]
     assert sweeps.dispatch_pending() == []
+
+
+def due_pending_workers(count: int) -> list[Worker]:
+    return [
+        WorkerFactory(next_attempt_at=timezone.now() - timedelta(seconds=1)) for _ in range(count)
+    ]
+
+
+@pytest.mark.django_db
+def test_dispatch_goes_on_while_batches_come_back_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given more due workers than a batch holds
+    monkeypatch.setattr(sweeps, "BATCH", 2)
+    workers = due_pending_workers(5)
+
+    # When the beat's dispatch task runs once
+    sent = tasks.dispatch_pending.apply().get()
+
+    # Then every worker went out, each once, a message a batch, and the task did not re-queue
+    messages = queued_messages()
+    assert sent == 5
+    assert [name for name, _ in messages] == [effects.SUBMIT_MANY] * 3
+    assert sorted(pk for _, (ids,) in messages for pk in ids) == sorted(w.pk for w in workers)
+    assert all(len(ids) <= 2 for _, (ids,) in messages)
+    assert not Worker.objects.awaiting_dispatch(timezone.now()).exists()
+
+
+@pytest.mark.django_db
+def test_a_dispatch_that_runs_out_of_time_queues_itself_to_go_on(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    # Given more due workers than a batch holds, and no time to send a second batch
+    monkeypatch.setattr(sweeps, "BATCH", 2)
+    settings.ACTIVATE_SWEEP_INTERVAL = 0
+    due_pending_workers(5)
+
+    # When the dispatch task runs
+    sent = tasks.dispatch_pending.apply().get()
+
+    # Then one batch went, and a fresh dispatch task is queued for the rest
+    assert sent == 2
+    assert [name for name, _ in queued_messages()] == [
+        effects.SUBMIT_MANY,
+        "workers_app.tasks.dispatch_pending",
+    ]
+    assert Worker.objects.awaiting_dispatch(timezone.now()).count() == 3
+
+
+@pytest.mark.django_db
+def test_the_timeout_sweep_goes_on_while_batches_come_back_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sweeps, "BATCH", 2)
+    overdue = [WorkerFactory(deadline_at=timezone.now() - timedelta(seconds=1)) for _ in range(5)]
+
+    assert tasks.sweep_timeouts.apply().get() == 5
+
+    assert all(Worker.objects.get(pk=w.pk).status == S.ERROR for w in overdue)
+    assert "workers_app.tasks.sweep_timeouts" not in [name for name, _ in queued_messages()]
