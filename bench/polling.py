@@ -57,7 +57,7 @@ def _poll_cycles(cluster_id: int, jobs: int, cycles: int, *, accounts: int) -> O
     from workers_app.jobs import poll_cluster
     from workers_app.models import Worker
     from workers_app.statuses import WorkerStatus
-    from workers_app.transport.ssh import commands_run_total
+    from workers_app.transport.connection import commands_run_total
 
     close_all_connections()
     started = time.perf_counter()
@@ -284,7 +284,7 @@ def _outcome(
         f"ours: workers_app.jobs.poll_cluster in-process, one status command per account with "
         f"live jobs over that account's kept paramiko connection; median of {cycles} cycles "
         "after a first one that opens the connections; commands counted by "
-        "workers_app.transport.ssh.commands_run_total().",
+        "workers_app.transport.connection.commands_run_total().",
         "per-job ssh: `ssh -i KEY -p PORT ... pwtest@127.0.0.1 squeue -j ID` (OpenSSH client, "
         "no multiplexing), one after the other, timed once per number of jobs (its cost does "
         "not depend on whose job it is); where a sample was timed, the cycle is the mean time "

@@ -186,7 +186,7 @@ def _submit_cost(target: SshTarget, tag: str, count: int, batch_size: int) -> Su
     from workers_app.connections import adapter_for
     from workers_app.jobs import submit_worker, submit_workers
     from workers_app.models import Cluster, Environment, Worker
-    from workers_app.transport.ssh import commands_run_total
+    from workers_app.transport.connection import commands_run_total
 
     cluster = Cluster.objects.get(name=CLUSTER_NAME)
     adapter = adapter_for(cluster)

@@ -15,13 +15,13 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import h11
-import paramiko
 from django.conf import settings
 
 from sessions_app.models import Session, SessionType
 from workers_app.connections import adapter_for_worker, connection_for, open_tunnel
 from workers_app.models import Worker
-from workers_app.transport.ssh import SSHError
+from workers_app.transport.channels import http_request
+from workers_app.transport.errors import SSHError
 
 LAUNCHER = (Path(__file__).parent / "node" / "activate_session.py").read_text()
 READY_WITHIN = 150.0
@@ -143,29 +143,6 @@ def is_running(session: Session) -> bool:
         worker.scheduler_job_id, ["kill", "-0", str(session.node_pid)], timeout=30
     )
     return result.exit_status == 0
-
-
-def http_request(
-    channel: paramiko.Channel, method: str, target: str, headers: list[tuple[str, str]], body: bytes
-) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """One HTTP/1.1 request over a channel, read to its end (blocking)."""
-    client = h11.Connection(h11.CLIENT)
-    sent = client.send(h11.Request(method=method, target=target, headers=headers))
-    sent += client.send(h11.Data(data=body)) if body else b""
-    sent += client.send(h11.EndOfMessage())
-    channel.settimeout(20)
-    channel.sendall(sent)
-    status, response_headers, content = 0, [], b""
-    while True:
-        event = client.next_event()
-        if event is h11.NEED_DATA:
-            client.receive_data(channel.recv(65536))
-        elif isinstance(event, h11.Response):
-            status, response_headers = event.status_code, list(event.headers)
-        elif isinstance(event, h11.Data):
-            content += bytes(event.data)
-        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-            return status, response_headers, content
 
 
 def _request(

@@ -31,11 +31,11 @@ from websockets.uri import parse_uri
 from activate.websocket_auth import Scope
 from sessions_app.launch import COOKIE_NAME
 from sessions_app.models import Session, SessionType
-from sessions_app.pipe import ChannelPipe
 from sessions_app.services import REASON_PROGRAM_ENDED, check_program, find_session
 from sessions_app.statuses import SessionStatus
 from workers_app.connections import open_tunnel
-from workers_app.transport.ssh import SSHError
+from workers_app.transport.channels import ChannelPipe
+from workers_app.transport.errors import SSHError
 
 log = logging.getLogger(__name__)
 

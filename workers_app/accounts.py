@@ -18,7 +18,8 @@ from django.utils import timezone
 from workers_app.models import AccountOrigin, Cluster, ClusterAccount, Worker
 from workers_app.params import ParameterError
 from workers_app.statuses import LIVE
-from workers_app.transport.ssh import SSHConnection, SSHError
+from workers_app.transport.connection import SSHConnection
+from workers_app.transport.errors import SSHError
 
 # POSIX portable user names (useradd's default rule, plus upper case some sites allow).
 REMOTE_USERNAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")

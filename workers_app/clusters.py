@@ -16,7 +16,7 @@ from workers_app.models import (
 )
 from workers_app.schedulers.base import FieldTemplate, QueryFailed, SchedulerError
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.ssh import SSHError
+from workers_app.transport.errors import SSHError
 
 
 def note_cluster_contact(cluster: Cluster, *, error: Exception | None = None) -> None:

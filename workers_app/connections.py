@@ -14,7 +14,6 @@ import socket
 import threading
 import time
 
-import paramiko
 import redis
 from django.conf import settings
 
@@ -23,7 +22,10 @@ from workers_app.models import Cluster, ClusterAccount, Worker
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers import adapter_class
 from workers_app.schedulers.base import SchedulerAdapter
-from workers_app.transport.ssh import PtySize, SSHConnection, SSHError, Stream
+from workers_app.transport.channels import Channel
+from workers_app.transport.connection import SSHConnection
+from workers_app.transport.errors import SSHError
+from workers_app.transport.streams import PtySize, Stream
 
 ConnectionKey = tuple[int, int]  # (cluster id, account id or 0 for the cluster's own)
 # Each process publishes how many connections it holds, so operators see the sum (/health/).
@@ -120,7 +122,7 @@ def open_stream(worker: Worker, argv: list[str], *, pty: PtySize | None) -> Stre
         raise
 
 
-def open_tunnel(worker: Worker, host: str, port: int) -> tuple[SSHConnection, paramiko.Channel]:
+def open_tunnel(worker: Worker, host: str, port: int) -> tuple[SSHConnection, Channel]:
     """A channel to host:port seen from the cluster's login host, as the worker's owner.
 
     The caller calls ``connection.tunnel_closed()`` once it has closed the channel.

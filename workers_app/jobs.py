@@ -32,7 +32,7 @@ from workers_app.schedulers.base import (
     SchedulerUnavailable,
 )
 from workers_app.statuses import WITH_JOB, WorkerStatus
-from workers_app.transport.ssh import AuthenticationFailed, CommandTimeout, SSHError
+from workers_app.transport.errors import AuthenticationFailed, CommandTimeout, SSHError
 
 S = WorkerStatus
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from workers_app.redis_connection import redis_client
 from workers_app.schedulers import adapter_class
 from workers_app.schedulers.base import CommandResult, QueryFailed, SchedulerError
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.ssh import SSHError
+from workers_app.transport.errors import SSHError
 
 NAME_MAX = 128
 # Workers one request may ask for.

@@ -13,7 +13,7 @@ from tests.jobs.test_submit_poll_cancel import poll_until
 from workers_app import jobs, lifecycle, services
 from workers_app.models import Worker
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.ssh import CommandTimeout
+from workers_app.transport.errors import CommandTimeout
 
 S = WorkerStatus
 pytestmark = pytest.mark.slurm

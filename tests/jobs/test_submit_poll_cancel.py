@@ -14,7 +14,7 @@ from workers_app import clusters, jobs, lifecycle
 from workers_app.models import Cluster, Reachability, Worker, job_name_for
 from workers_app.schedulers import slurm
 from workers_app.statuses import WorkerStatus
-from workers_app.transport import ssh
+from workers_app.transport.connection import commands_run_total
 
 S = WorkerStatus
 pytestmark = pytest.mark.slurm
@@ -79,14 +79,14 @@ def test_a_first_attempt_runs_only_the_submit_command_and_a_retry_looks_first(
     ssh_target: SshTarget,
 ) -> None:
     first, retried = new_worker(), new_worker()
-    before = ssh.commands_run_total()
+    before = commands_run_total()
     assert jobs.submit_worker(first.pk).startswith("submitted as job")
-    assert ssh.commands_run_total() - before == 1
+    assert commands_run_total() - before == 1
     Worker.objects.filter(pk=retried.pk).update(agent_secret_hash="0" * 64)
     earlier = sbatch_as(ssh_target, retried.job_name)
-    before = ssh.commands_run_total()
+    before = commands_run_total()
     assert jobs.submit_worker(retried.pk) == f"submitted as job {earlier}"
-    assert ssh.commands_run_total() - before == 1  # the lookup found it: no second job
+    assert commands_run_total() - before == 1  # the lookup found it: no second job
     assert squeue_ids(ssh_target, retried.job_name) == [earlier]
 
 
@@ -110,24 +110,24 @@ def test_with_200_live_workers_one_poll_runs_one_status_command(
     for worker, job_id in zip(workers, out, strict=True):
         lifecycle.mark_submitted(worker, job_id=job_id.split(";")[0])
     jobs.poll_cluster(environment.cluster_id)  # opens the connection
-    before = ssh.commands_run_total()
+    before = commands_run_total()
     assert jobs.poll_cluster(environment.cluster_id) == 200
-    assert ssh.commands_run_total() - before == 1
+    assert commands_run_total() - before == 1
     assert {Worker.objects.get(pk=w.pk).status for w in workers} == {S.QUEUED}
     # Past the id-list limit the poll lists the account's jobs instead: still one command,
     # and it still notices a job that ended.
     monkeypatch.setattr(slurm, "QUERY_CHUNK", 50)
     subprocess.run(["scancel", workers[0].scheduler_job_id], check=True, timeout=30)
-    before = ssh.commands_run_total()
+    before = commands_run_total()
     jobs.poll_cluster(environment.cluster_id)
-    assert ssh.commands_run_total() - before <= 2  # the listing, and the ended job's record
+    assert commands_run_total() - before <= 2  # the listing, and the ended job's record
     first = Worker.objects.get(pk=workers[0].pk)
     assert first.status == S.STOPPED and "CANCELLED" in first.status_reason
     still = Worker.objects.filter(pk__in=[w.pk for w in workers[1:]], status=S.QUEUED)
     assert still.count() == 199
-    before = ssh.commands_run_total()
+    before = commands_run_total()
     jobs.poll_cluster(environment.cluster_id)
-    assert ssh.commands_run_total() - before == 1
+    assert commands_run_total() - before == 1
 
 
 def test_a_failed_poll_changes_no_worker(

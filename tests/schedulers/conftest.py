@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SshTarget
+from tests.transport.conftest import ssh  # noqa: F401 (the fixture, for the adapters' tests)
 from workers_app.connections import close_all_connections
 from workers_app.schedulers.base import CommandResult, JobInfo, Phase, SchedulerAdapter
-from workers_app.transport.ssh import SSHConnection
 
 DATA = Path(__file__).parent / "data"
 
@@ -56,29 +55,6 @@ class FakeRunner:
     @property
     def programs(self) -> list[str]:
         return [argv[0] for argv, _ in self.calls]
-
-
-def connection_to(target: SshTarget, **overrides: object) -> SSHConnection:
-    options: dict[str, object] = {
-        "host": target.host,
-        "port": target.port,
-        "username": target.user,
-        "private_key": target.private_key,
-        "host_key": target.host_key,
-        "connect_timeout": 5.0,
-        "command_timeout": 30.0,
-        "max_channels": 8,
-    }
-    options.update(overrides)
-    return SSHConnection(**options)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def ssh(ssh_target: SshTarget) -> Iterator[SSHConnection]:
-    """One kept connection to the test cluster for a whole test module (no database needed)."""
-    connection = connection_to(ssh_target)
-    yield connection
-    connection.close()
 
 
 @pytest.fixture(autouse=True)

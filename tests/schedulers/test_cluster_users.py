@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from harness.cluster import SshTarget
-from tests.schedulers.conftest import connection_to
-from workers_app.transport.ssh import AuthenticationFailed, SSHConnection
+from tests.transport.conftest import connection_to
+from workers_app.transport.connection import SSHConnection
+from workers_app.transport.errors import AuthenticationFailed
 
 pytestmark = pytest.mark.slurm
 

@@ -7,12 +7,12 @@ import time
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from tests.schedulers.test_ssh import CLOSED_PORT, public_line
+from tests.transport.test_connection import CLOSED_PORT, public_line
 from workers_app import connections
 from workers_app.accounts import connect_account
 from workers_app.connections import adapter_for, close_idle_connections, connection_for
 from workers_app.schedulers.slurm import SlurmAdapter
-from workers_app.transport.ssh import HostKeyMismatch
+from workers_app.transport.errors import HostKeyMismatch
 
 pytestmark = pytest.mark.slurm
 

@@ -11,7 +11,7 @@ from tests.conftest import SshTarget
 from tests.schedulers.conftest import has_ended, is_running, wait_for
 from workers_app.schedulers.base import JobSpec, Phase, SchedulerError
 from workers_app.schedulers.slurm import SUBMIT_PARALLEL, SlurmAdapter
-from workers_app.transport.ssh import SSHConnection
+from workers_app.transport.connection import SSHConnection
 
 pytestmark = pytest.mark.slurm
 

@@ -1,6 +1,6 @@
 """Relays on login hosts: how agents reach the platform on clusters whose compute nodes cannot.
 
-A cluster in via-login-host mode gets a relay on its login host (``schedulers/tunnel.py``) that
+A cluster in via-login-host mode gets a relay on its login host (``transport/tunnel.py``) that
 `run_relays` (``scripts/start.sh relays``) keeps: a keeper thread per cluster holds a Redis lease
 (one relay per cluster and installation, whatever the number of run_relays processes), checks the
 SSH connection and the relay process, and sets both up again when either is lost. Job scripts
@@ -32,7 +32,8 @@ from workers_app.node import relay_source
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers.base import SchedulerUnavailable
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.ssh import SSHConnection, SSHError
+from workers_app.transport.connection import SSHConnection
+from workers_app.transport.errors import SSHError
 from workers_app.transport.tunnel import RelayTunnel
 
 log = logging.getLogger(__name__)

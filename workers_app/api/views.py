@@ -48,7 +48,7 @@ from workers_app.api.serializers import (
 from workers_app.models import Cluster, ClusterAccount, Environment, Worker, WorkerEvent
 from workers_app.schedulers.base import QueryFailed, SchedulerError
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.ssh import SSHError
+from workers_app.transport.errors import SSHError
 
 # Any path segment reaches the view, so an unknown name or id is the API's JSON 404 rather
 # than the router's HTML one.

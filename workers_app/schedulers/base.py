@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from workers_app.transport.ssh import CommandResult
+from workers_app.transport.commands import CommandResult
 
 
 class SchedulerError(Exception):

@@ -34,7 +34,8 @@ from workers_app.terminals.service import (
     record_opening,
     start_stream,
 )
-from workers_app.transport.ssh import SSHError, Stream
+from workers_app.transport.errors import SSHError
+from workers_app.transport.streams import Stream
 
 START_WITHIN = 15.0
 WATCH_EVERY = 1.0

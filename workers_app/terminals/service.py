@@ -17,7 +17,8 @@ from workers_app.connections import open_stream
 from workers_app.models import TerminalRecord, Worker
 from workers_app.schedulers.base import QueryFailed, SchedulerError
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.ssh import PtySize, SSHError, Stream
+from workers_app.transport.errors import SSHError
+from workers_app.transport.streams import PtySize, Stream
 
 # WebSocket close codes (4000-4999 are the application's): the HTTP status they stand for.
 UNAUTHENTICATED = 4401

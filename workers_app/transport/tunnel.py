@@ -23,7 +23,8 @@ from typing import TypeVar
 
 import paramiko
 
-from workers_app.transport.ssh import SSHConnection, SSHError
+from workers_app.transport.connection import SSHConnection
+from workers_app.transport.errors import SSHError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

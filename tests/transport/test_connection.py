@@ -1,4 +1,4 @@
-"""SSHConnection against the real sshd of the test cluster (127.0.0.1:2222)."""
+"""SSHConnection and its commands against the real sshd of the test cluster (127.0.0.1:2222)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from tests.conftest import SshTarget
-from tests.schedulers.conftest import connection_to
-from workers_app.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
-from workers_app.transport.ssh import (
+from tests.transport.conftest import connection_to
+from workers_app.transport.connection import SSHConnection, commands_run_total
+from workers_app.transport.errors import (
     AuthenticationFailed,
     CommandTimeout,
     HostKeyMismatch,
-    SSHConnection,
     SSHError,
-    commands_run_total,
 )
+from workers_app.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
 
 pytestmark = pytest.mark.slurm
 

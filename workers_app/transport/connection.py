@@ -1,10 +1,10 @@
-"""The SSH transport: commands on a login host over one kept paramiko connection.
+"""One kept SSH connection to a login host, and the counters of what went over it.
 
 Opening an SSH session costs ~0.5 s; a channel on an open one costs milliseconds. So a
-connection keeps its transport and every thread shares it (channels are capped by a semaphore
-so the server's MaxSessions is not hit). The server's host key must equal the pinned one;
-there is no known_hosts, no agent and no key search. This module takes plain values and knows
-nothing of Django: ``workers_app.connections`` decides which connection serves whom.
+connection keeps its transport and every thread shares it (commands' channels are capped by a
+semaphore so the server's MaxSessions is not hit). The server's host key must equal the pinned
+one; there is no known_hosts, no agent and no key search. What runs on a channel lives beside
+this module: ``commands``, ``streams``, ``channels`` and ``tunnel``.
 """
 
 from __future__ import annotations
@@ -16,44 +16,25 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import NoReturn
 
 import paramiko
 
+from workers_app.transport import commands
+from workers_app.transport.channels import Channel
+from workers_app.transport.commands import CommandResult
+from workers_app.transport.errors import (
+    AuthenticationFailed,
+    CommandTimeout,
+    HostKeyMismatch,
+    SSHError,
+)
 from workers_app.transport.hostkeys import parse_key_line
+from workers_app.transport.streams import PtySize, Stream, start_stream
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_INTERVAL = 15
-READ_CHUNK = 65536
-# How often a blocked stdout read wakes up to drain stderr (so neither stream stalls the other).
-POLL_INTERVAL = 0.2
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    exit_status: int  # -1 when the output was cut short before the command ended
-    stdout: str
-    stderr: str
-    # The output passed the caller's limit: what came so far, and the command was left.
-    truncated: bool = False
-
-
-class SSHError(Exception):
-    """The cluster could not be reached or the connection broke: nothing is known."""
-
-
-class HostKeyMismatch(SSHError):
-    """The server did not present the pinned host key. Never connect anyway."""
-
-
-class AuthenticationFailed(SSHError):
-    """The server is there and refused this login (wrong user or key)."""
-
-
-class CommandTimeout(SSHError):
-    """A command did not finish in time; whether it had an effect is unknown."""
 
 
 def _pinned_key(host_key_line: str) -> paramiko.PKey:
@@ -239,7 +220,7 @@ class SSHConnection:
 
     def transport(self) -> paramiko.Transport:
         """The live transport, connected first if needed: for forwards and long-lived channels
-        (workers_app.transport.tunnel), which commands' channel slots do not cover."""
+        (``tunnel``), which commands' channel slots do not cover."""
         return self._transport()
 
     def close(self) -> None:
@@ -264,13 +245,7 @@ class SSHConnection:
         platform's own commands on this connection.
         """
         channel = self._open_channel()
-        try:
-            if pty is not None:
-                channel.get_pty(term=pty.term, width=pty.cols, height=pty.rows)
-            channel.exec_command(command)
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            channel.close()
-            raise SSHError(f"cannot start {command[:80]!r} on {self.host}: {exc}") from exc
+        start_stream(channel, command, pty=pty, host=self.host)
         with self._count_lock:
             self.commands_run += 1
             self.in_use += 1
@@ -289,7 +264,7 @@ class SSHConnection:
 
     # -- tunnels to compute nodes -----------------------------------------------------------
 
-    def open_tunnel(self, host: str, port: int) -> paramiko.Channel:
+    def open_tunnel(self, host: str, port: int) -> Channel:
         """A ``direct-tcpip`` channel from the server to host:port (a service on a compute node).
 
         Counted as in use until ``tunnel_closed``, so the connection is not closed as idle under
@@ -347,7 +322,15 @@ class SSHConnection:
             try:
                 channel = self._open_channel()
                 try:
-                    return self._execute(channel, command, stdin, deadline, output_limit)
+                    return commands.execute(
+                        channel,
+                        command,
+                        host=self.host,
+                        stdin=stdin,
+                        deadline=deadline,
+                        output_limit=output_limit,
+                        started=self._command_started,
+                    )
                 finally:
                     channel.close()
             finally:
@@ -357,216 +340,10 @@ class SSHConnection:
                 self.in_use -= 1
                 self.last_used = time.monotonic()
 
-    def _execute(
-        self,
-        channel: paramiko.Channel,
-        command: str,
-        stdin: str | None,
-        deadline: float,
-        output_limit: int | None,
-    ) -> CommandResult:
-        try:
-            channel.settimeout(max(0.001, deadline - time.monotonic()))
-            channel.exec_command(command)
-            with self._count_lock:
-                self.commands_run += 1
-            _count_command()
-            if stdin:
-                self._send_stdin(channel, stdin)
-            channel.shutdown_write()
-            stdout, stderr = self._read_all(channel, deadline, output_limit)
-        except TimeoutError:
-            raise CommandTimeout(f"{command[:80]!r} did not finish in time") from None
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise SSHError(f"connection to {self.host} broke during a command: {exc}") from exc
-        if output_limit is not None and len(stdout) + len(stderr) > output_limit:
-            return CommandResult(
-                exit_status=-1,
-                stdout=stdout[:output_limit].decode(errors="replace"),
-                stderr=stderr[: max(0, output_limit - len(stdout))].decode(errors="replace"),
-                truncated=True,
-            )
-        transport = channel.get_transport()
-        if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
-            raise CommandTimeout(f"{command[:80]!r} sent no exit status in time")
-        status = channel.exit_status
-        if status == -1 and not transport.is_active():
-            raise SSHError(f"connection to {self.host} broke before {command[:80]!r} finished")
-        return CommandResult(
-            exit_status=status,
-            stdout=stdout.decode(errors="replace"),
-            stderr=stderr.decode(errors="replace"),
-        )
-
-    @staticmethod
-    def _send_stdin(channel: paramiko.Channel, stdin: str) -> None:
-        try:
-            channel.sendall(stdin.encode())
-        except TimeoutError:
-            raise
-        except OSError:
-            # The command closed its end without reading everything (e.g. it failed early);
-            # its exit status and stderr say why, so read them instead of failing here.
-            transport = channel.get_transport()
-            if not transport.is_active():
-                raise
-
-    @staticmethod
-    def _read_all(
-        channel: paramiko.Channel, deadline: float, output_limit: int | None = None
-    ) -> tuple[bytes, bytes]:
-        # Both streams share one flow-control window: reading only stdout while the command
-        # fills stderr would stall it forever, so stderr is drained on every wake-up.
-        stdout = bytearray()
-        stderr = bytearray()
-        limit = float("inf") if output_limit is None else output_limit
-        while True:
-            if len(stdout) + len(stderr) > limit:
-                return bytes(stdout), bytes(stderr)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            channel.settimeout(min(remaining, POLL_INTERVAL))
-            try:
-                data = channel.recv(READ_CHUNK)
-            except TimeoutError:
-                data = None
-            while channel.recv_stderr_ready():
-                stderr += channel.recv_stderr(READ_CHUNK)
-            if data is None:
-                continue
-            if not data:
-                break
-            stdout += data
-        while len(stdout) + len(stderr) <= limit:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            channel.settimeout(remaining)
-            data = channel.recv_stderr(READ_CHUNK)
-            if not data:
-                break
-            stderr += data
-        return bytes(stdout), bytes(stderr)
-
-
-@dataclass(frozen=True)
-class PtySize:
-    cols: int
-    rows: int
-    term: str = "xterm-256color"
-
-
-STDOUT = 1
-STDERR = 2
-# Input waiting to be sent past this is refused: a paste into a program that stopped reading.
-MAX_PENDING_INPUT = 4 * 1024 * 1024
-
-
-class Stream:
-    """One interactive command: input in, output out as it comes, then its exit status.
-
-    A reader thread hands each chunk to ``on_output(stream_id, data)`` (which may block: that
-    is the back-pressure into the SSH window) and then calls ``on_end(exit_status)``. Input is
-    queued and sent by a writer thread, so a caller on an event loop never blocks.
-    """
-
-    def __init__(self, channel: paramiko.Channel, *, merged: bool, on_close: Callable[[], None]):
-        self._channel = channel
-        self._merged = merged
-        self._on_close = on_close
-        self._closed = False
-        self._close_lock = threading.Lock()
-        self._input: list[bytes | None] = []
-        self._input_bytes = 0
-        self._input_ready = threading.Condition()
-
-    def start(
-        self, on_output: Callable[[int, bytes], None], on_end: Callable[[int | None], None]
-    ) -> None:
-        threading.Thread(
-            target=self._read, args=(on_output, on_end), name="stream-reader", daemon=True
-        ).start()
-        threading.Thread(target=self._write, name="stream-writer", daemon=True).start()
-
-    def write(self, data: bytes) -> None:
-        with self._input_ready:
-            if self._input_bytes + len(data) > MAX_PENDING_INPUT:
-                raise SSHError("the command is not reading its input")
-            self._input.append(data)
-            self._input_bytes += len(data)
-            self._input_ready.notify()
-
-    def end_input(self) -> None:
-        with self._input_ready:
-            self._input.append(None)
-            self._input_ready.notify()
-
-    def resize(self, cols: int, rows: int) -> None:
-        try:
-            self._channel.resize_pty(width=cols, height=rows)
-        except (OSError, EOFError, paramiko.SSHException):
-            pass  # the command is ending; its exit tells the client
-
-    def close(self) -> None:
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        with self._input_ready:
-            self._input.append(None)
-            self._input_ready.notify()
-        self._channel.close()
-        self._on_close()
-
-    def _write(self) -> None:
-        while True:
-            with self._input_ready:
-                while not self._input:
-                    self._input_ready.wait()
-                data = self._input.pop(0)
-                if data is not None:
-                    self._input_bytes -= len(data)
-            try:
-                if data is None:
-                    if not self._closed:
-                        self._channel.shutdown_write()
-                    return
-                self._channel.sendall(data)
-            except (OSError, EOFError, paramiko.SSHException):
-                return
-
-    def _read(
-        self, on_output: Callable[[int, bytes], None], on_end: Callable[[int | None], None]
-    ) -> None:
-        # Blocking reads, a thread per stream: an open terminal costs no wake-ups while idle.
-        channel = self._channel
-        channel.settimeout(None)
-        stderr = None
-        if not self._merged:
-            stderr = threading.Thread(
-                target=self._pump,
-                args=(channel.recv_stderr, STDERR, on_output),
-                name="stream-stderr",
-                daemon=True,
-            )
-            stderr.start()
-        self._pump(channel.recv, STDOUT, on_output)
-        if stderr is not None:
-            stderr.join()
-        # A channel closed from our side never gets a status: don't wait for one forever.
-        status = channel.exit_status if channel.status_event.wait(10) else None
-        on_end(None if status == -1 else status)
-
-    @staticmethod
-    def _pump(
-        recv: Callable[[int], bytes], stream_id: int, on_output: Callable[[int, bytes], None]
-    ) -> None:
-        try:
-            while data := recv(READ_CHUNK):
-                on_output(stream_id, data)
-        except (OSError, EOFError, paramiko.SSHException):
-            return
+    def _command_started(self) -> None:
+        with self._count_lock:
+            self.commands_run += 1
+        _count_command()
 
 
 def _forget_counters_after_fork() -> None:
