@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from workers_app import lifecycle
 from workers_app.connections import KeyUnusable, adapter_for
 from workers_app.models import (
     Cluster,
@@ -12,11 +13,9 @@ from workers_app.models import (
     EnvironmentField,
     EnvironmentSource,
     Reachability,
-    Worker,
 )
 from workers_app.schedulers.base import FieldTemplate, QueryFailed, SchedulerError
-from workers_app.statuses import WorkerStatus
-from workers_app.transport.errors import SSHError
+from workers_app.transport.ssh import SSHError
 
 
 def note_cluster_contact(cluster: Cluster, *, error: Exception | None = None) -> None:
@@ -37,9 +36,7 @@ def note_cluster_contact(cluster: Cluster, *, error: Exception | None = None) ->
     )
     if was_offline:
         # The cluster answers again: send what waited for it now, not at the next backoff.
-        Worker.objects.filter(cluster=cluster, status=WorkerStatus.PENDING).update(
-            next_attempt_at=now
-        )
+        lifecycle.attempt_pending_now(cluster.pk, now=now)
 
 
 def probe_cluster(cluster_id: int) -> bool:

@@ -47,6 +47,16 @@ def initial_deadline(now: datetime) -> datetime | None:
     return _deadline(S.PENDING, now)
 
 
+def initial_timing(now: datetime) -> dict[str, datetime | None]:
+    """The timing columns of a worker requested at ``now``: the deadline of its pending status,
+    and a lease that keeps the dispatch sweep off it while the submission queued with it runs."""
+    return {
+        "created_at": now,
+        "deadline_at": initial_deadline(now),
+        "next_attempt_at": now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE),
+    }
+
+
 _MACHINE = StateMachine(Worker, WorkerEvent, TRANSITIONS, FINISHED, finished_field="finished_at")
 
 
@@ -271,17 +281,28 @@ def note_waiting(worker: Worker, *, reason: str, next_attempt_at: datetime) -> b
 
 def lease_submission(worker: Worker, *, until: datetime) -> None:
     """A submission owns this pending worker until ``until``; the dispatch sweep waits."""
-    Worker.objects.filter(pk=worker.pk, status=S.PENDING).update(next_attempt_at=until)
+    lease_pending([worker.pk], until=until)
     worker.next_attempt_at = until
 
 
 def lease_submissions(workers: list[Worker], *, until: datetime) -> None:
     """``lease_submission`` for many pending workers in one update."""
-    Worker.objects.filter(pk__in=[w.pk for w in workers], status=S.PENDING).update(
-        next_attempt_at=until
-    )
+    lease_pending([w.pk for w in workers], until=until)
     for worker in workers:
         worker.next_attempt_at = until
+
+
+def lease_pending(worker_ids: list[int], *, until: datetime) -> None:
+    """``lease_submission`` by id, for the dispatch sweep that sends them."""
+    Worker.objects.filter(pk__in=worker_ids, status=S.PENDING).update(next_attempt_at=until)
+
+
+def attempt_pending_now(cluster_id: int, *, now: datetime) -> int:
+    """What waited for a cluster (to answer again, or for its relay) is sent now rather than at
+    the end of its backoff. Returns how many pending workers were made due."""
+    return Worker.objects.filter(cluster_id=cluster_id, status=S.PENDING).update(
+        next_attempt_at=now
+    )
 
 
 def record_job_to_cancel(worker: Worker, *, job_id: str) -> None:

@@ -6,7 +6,6 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -140,9 +139,7 @@ def _record_requests(
             job_partition=env.partition,
             job_directives=list(directives),
             idempotency_key=key,
-            created_at=now,
-            deadline_at=lifecycle.initial_deadline(now),
-            next_attempt_at=now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE),
+            **lifecycle.initial_timing(now),
         )
         worker.name = name or f"{env.name}-{worker.public_id}"
         workers.append(worker)

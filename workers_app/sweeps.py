@@ -174,7 +174,5 @@ def dispatch_pending(*, limit: int = BATCH) -> list[int]:
         .values_list("pk", flat=True)[:limit]
     )
     # A lease, so the next sweep does not send the same worker again while its task waits.
-    Worker.objects.filter(pk__in=ids, status=S.PENDING).update(
-        next_attempt_at=now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE)
-    )
+    lifecycle.lease_pending(ids, until=now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE))
     return ids
