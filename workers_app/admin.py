@@ -70,14 +70,33 @@ class ClusterForm(forms.ModelForm):
     def clean_relay_port(self) -> int:
         return int(self.cleaned_data.get("relay_port") or 0)
 
-    def save(self, commit: bool = True) -> Cluster:
-        cluster: Cluster = super().save(commit=False)
-        pem = self.cleaned_data.get("private_key", "").strip()
-        if pem:
-            cluster.set_private_key(pem + "\n")
-        if commit:
-            cluster.save()
-        return cluster
+    def registration(self) -> clusters.ClusterRegistration:
+        data = self.cleaned_data
+        return clusters.ClusterRegistration(
+            name=data["name"],
+            host=data["host"],
+            port=data["port"],
+            scheduler=data["scheduler"],
+            host_key=data.get("host_key", ""),
+            username=data.get("username", ""),
+            # Left empty, the stored key stays.
+            private_key=data.get("private_key", "").strip() or None,
+            shared=data.get("shared", False),
+            agent_route=data["agent_route"],
+            relay_host=data.get("relay_host", ""),
+            relay_port=data["relay_port"],
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not self.errors:
+            # The form checks each field and the model; the registration what lies between.
+            for field, messages in clusters.registration_errors(
+                self.registration(), cluster=self.instance
+            ).items():
+                for message in messages:
+                    self.add_error(field, message)
+        return data
 
 
 class ClusterAccountForm(forms.ModelForm):
@@ -222,6 +241,11 @@ class ClusterAdmin(admin.ModelAdmin):
     ]
     inlines = [EnvironmentInline]
     actions = ["probe", "pin_host_key", "confirm_lost_workers"]
+
+    def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
+        clusters.register_cluster(form.registration(), cluster=obj)
+        if obj.has_private_key:
+            self.message_user(request, f"{obj.name}: its partitions are being probed.")
 
     @admin.display(boolean=True, description="private key set")
     def key_is_set(self, obj: Cluster) -> bool:

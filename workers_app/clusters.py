@@ -1,13 +1,18 @@
-"""The cluster catalogue: whether a cluster answers, and the environments its partitions make."""
+"""The cluster catalogue: registering a cluster, whether it answers, and the environments its
+partitions make."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from workers_app import lifecycle
+from workers_app import effects, lifecycle
 from workers_app.connections import KeyUnusable, adapter_for
 from workers_app.models import (
+    AgentRoute,
     Cluster,
     Environment,
     EnvironmentField,
@@ -15,7 +20,103 @@ from workers_app.models import (
     Reachability,
 )
 from workers_app.schedulers.base import FieldTemplate, QueryFailed, SchedulerError
+from workers_app.transport.hostkeys import fingerprint
 from workers_app.transport.ssh import SSHError
+
+
+@dataclass(frozen=True)
+class ClusterRegistration:
+    """What an operator says about a cluster, in the admin or with `add_cluster`."""
+
+    name: str
+    host: str
+    scheduler: str
+    port: int = 22
+    # Pinned as given ("ssh-ed25519 AAAA..."); empty: not pinned yet, so never connected to.
+    host_key: str = ""
+    # The cluster's own account: a user and its private key, both or neither.
+    username: str = ""
+    # None keeps the stored key (while there is a user); "" means the cluster has none.
+    private_key: str | None = None
+    shared: bool = False
+    agent_route: str = AgentRoute.DIRECT
+    relay_host: str = ""
+    relay_port: int = 0
+
+
+@dataclass(frozen=True)
+class Registered:
+    cluster: Cluster
+    # Whether the cluster answered the probe made at once; None when none was (no account of
+    # its own, or the probe was queued).
+    answered: bool | None
+
+
+def registration_errors(
+    registration: ClusterRegistration, *, cluster: Cluster | None = None
+) -> dict[str, list[str]]:
+    """What is wrong with ``registration`` beyond each field's own checks, by field name.
+
+    ``cluster`` is the stored one it changes, if any.
+    """
+    errors: dict[str, list[str]] = {}
+    reg = registration
+    if reg.host_key.strip():
+        try:
+            fingerprint(reg.host_key.strip())
+        except ValueError as exc:
+            errors["host_key"] = [f"Not a usable host key: {exc}"]
+    pem = (reg.private_key or "").strip()
+    if pem and "PRIVATE KEY" not in pem:
+        errors["private_key"] = ["This does not look like a private key."]
+    if pem and not reg.username:
+        errors["username"] = ["A private key needs the user it logs in as."]
+    has_key = bool(pem) or (
+        reg.private_key is None and cluster is not None and cluster.has_private_key
+    )
+    if reg.username and not has_key:
+        errors["private_key"] = ["The cluster's own account needs its private key."]
+    if reg.shared and not (reg.username and has_key):
+        errors["shared"] = [
+            "A shared cluster needs its own account (a user and its private key): every user "
+            "acts as that account."
+        ]
+    return errors
+
+
+def register_cluster(
+    registration: ClusterRegistration, *, cluster: Cluster | None = None, probe_now: bool = False
+) -> Registered:
+    """Save a new cluster, or ``cluster`` changed as ``registration`` says: its host key pinned,
+    its own account's private key stored encrypted. A cluster with an account of its own is
+    probed for its partitions (they become environments): at once with ``probe_now``, else by
+    a task queued when the change commits.
+
+    Raises ValidationError naming each wrong field; nothing is saved then.
+    """
+    errors = registration_errors(registration, cluster=cluster)
+    if errors:
+        raise ValidationError(errors)
+    reg = registration
+    cluster = cluster or Cluster()
+    cluster.name, cluster.host, cluster.port = reg.name, reg.host, reg.port
+    cluster.scheduler, cluster.host_key = reg.scheduler, reg.host_key.strip()
+    cluster.username, cluster.shared = reg.username, reg.shared
+    cluster.agent_route = reg.agent_route
+    cluster.relay_host, cluster.relay_port = reg.relay_host, reg.relay_port
+    pem = (reg.private_key or "").strip()
+    if pem:
+        cluster.set_private_key(pem + "\n")
+    elif not reg.username:
+        cluster.private_key_encrypted = ""
+    cluster.full_clean()
+    with transaction.atomic():
+        cluster.save()
+        if cluster.has_private_key and not probe_now:
+            effects.probe_cluster(cluster.pk)
+    if cluster.has_private_key and probe_now:
+        return Registered(cluster, probe_cluster(cluster.pk))
+    return Registered(cluster, None)
 
 
 def note_cluster_contact(cluster: Cluster, *, error: Exception | None = None) -> None:

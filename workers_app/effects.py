@@ -11,6 +11,7 @@ from workers_app.statemachine import enqueue_on_commit
 SUBMIT = "workers_app.tasks.submit_worker"
 SUBMIT_MANY = "workers_app.tasks.submit_workers"
 CANCEL = "workers_app.tasks.cancel_worker_job"
+PROBE = "workers_app.tasks.probe_cluster"
 
 
 def submit_worker(worker_id: int) -> None:
@@ -28,3 +29,6 @@ def submit_workers(worker_ids: list[int]) -> None:
 def cancel_worker_job(worker_id: int) -> None:
     enqueue_on_commit(CANCEL, worker_id)
 
+
+def probe_cluster(cluster_id: int) -> None:
+    enqueue_on_commit(PROBE, cluster_id)

@@ -61,7 +61,7 @@ def test_add_cluster_without_an_account_of_its_own_then_shared_with_one(
     )  # fmt: skip
     cluster = Cluster.objects.get(name="lab")
     assert not cluster.shared and not cluster.username and not cluster.has_private_key
-    with pytest.raises(CommandError, match="--shared needs"):
+    with pytest.raises(CommandError, match="--shared: A shared cluster needs its own account"):
         call_command(
             "add_cluster", "lab", "--host", ssh_target.host, "--scheduler", "slurm",
             "--host-key", ssh_target.host_key, "--shared",

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from workers_app import clusters
@@ -52,66 +53,89 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         name: str = options["name"]
-        if bool(options["user"]) != bool(options["key_file"]):
-            raise CommandError("--user and --key-file go together (the cluster's own account)")
-        if options["shared"] and not options["user"]:
-            raise CommandError("--shared needs the account users share: --user and --key-file")
         pem = ""
         if options["key_file"]:
             try:
                 pem = options["key_file"].read_text()
             except OSError as exc:
                 raise CommandError(f"cannot read --key-file: {exc}") from None
-            if "PRIVATE KEY" not in pem:
-                raise CommandError("--key-file does not look like a private key")
-        host_key: str | None = options["host_key"]
-        if host_key is None:
-            try:
-                host_key = fetch_host_key(options["host"], options["port"], timeout=10)
-            except HostKeyUnreadable as exc:
-                raise CommandError(f"cannot reach {options['host']}: {exc}") from None
-            self.stdout.write(f"Host key of {options['host']}:{options['port']}: {host_key}")
-            self.stdout.write(f"Fingerprint: {fingerprint(host_key)}")
-            if not options["yes"]:
-                if not sys.stdin.isatty():
-                    raise CommandError("not a terminal: confirm with --yes or pass --host-key")
-                if input("Trust and pin this key? [y/N] ").strip().lower() not in {"y", "yes"}:
-                    raise CommandError("host key not trusted; nothing saved")
-        try:
-            fingerprint(host_key)
-        except ValueError as exc:
-            raise CommandError(f"--host-key: {exc}") from None
-        cluster = Cluster.objects.filter(name=name).first() or Cluster(name=name)
-        cluster.host, cluster.port, cluster.username = (
-            options["host"],
-            options["port"],
-            options["user"],
+        registration = clusters.ClusterRegistration(
+            name=name,
+            host=options["host"],
+            port=options["port"],
+            scheduler=options["scheduler"],
+            host_key=options["host_key"] or "",
+            username=options["user"],
+            private_key=pem,
+            shared=options["shared"],
+            agent_route=options["agent_route"],
+            relay_host=options["relay_host"],
+            relay_port=options["relay_port"],
         )
-        cluster.scheduler, cluster.host_key = options["scheduler"], host_key
-        cluster.shared = options["shared"]
-        cluster.agent_route = options["agent_route"]
-        cluster.relay_host, cluster.relay_port = options["relay_host"], options["relay_port"]
-        cluster.private_key_encrypted = ""
-        if pem:
-            cluster.set_private_key(pem)
+        existing = Cluster.objects.filter(name=name).first()
+        # Wrong input is told before the host key is fetched and the operator asked about it.
+        errors = clusters.registration_errors(registration, cluster=existing)
+        if errors:
+            raise CommandError(described(errors))
+        if options["host_key"] is None:
+            host_key = self.trusted_host_key(options["host"], options["port"], yes=options["yes"])
+            registration = replace(registration, host_key=host_key)
         try:
-            cluster.full_clean()
+            registered = clusters.register_cluster(registration, cluster=existing, probe_now=True)
         except ValidationError as exc:
-            raise CommandError("; ".join(exc.messages)) from None
-        cluster.save()
+            raise CommandError(described(exc.message_dict)) from None
+        cluster = registered.cluster
         mode = "shared: every user acts as " + cluster.username if cluster.shared else "per-user"
         self.stdout.write(
-            f"Cluster {name} saved with host key {fingerprint(host_key)} (accounts: {mode}; "
-            f"agents: {cluster.get_agent_route_display()})"
+            f"Cluster {name} saved with host key {fingerprint(cluster.host_key)} (accounts: "
+            f"{mode}; agents: {cluster.get_agent_route_display()})"
         )
-        if not pem:
+        if registered.answered is None:
             self.stdout.write("No account of its own: environments are not detected; add them.")
-        elif clusters.probe_cluster(cluster.pk):
-            cluster.refresh_from_db()
-            for env in cluster.environments.all():
-                self.stdout.write(
-                    f"  environment {env.name}: {env.nodes_available}/{env.nodes_total} nodes free"
-                )
-        else:
-            cluster.refresh_from_db()
+            return
+        cluster.refresh_from_db()
+        if not registered.answered:
             raise CommandError(f"saved, but the cluster did not answer: {cluster.last_error}")
+        for env in cluster.environments.all():
+            self.stdout.write(
+                f"  environment {env.name}: {env.nodes_available}/{env.nodes_total} nodes free"
+            )
+
+    def trusted_host_key(self, host: str, port: int, *, yes: bool) -> str:
+        """The key the host shows, once the operator trusts it."""
+        try:
+            host_key = fetch_host_key(host, port, timeout=10)
+        except HostKeyUnreadable as exc:
+            raise CommandError(f"cannot reach {host}: {exc}") from None
+        self.stdout.write(f"Host key of {host}:{port}: {host_key}")
+        self.stdout.write(f"Fingerprint: {fingerprint(host_key)}")
+        if not yes:
+            if not sys.stdin.isatty():
+                raise CommandError("not a terminal: confirm with --yes or pass --host-key")
+            if input("Trust and pin this key? [y/N] ").strip().lower() not in {"y", "yes"}:
+                raise CommandError("host key not trusted; nothing saved")
+        return host_key
+
+
+# The registration's fields as this command's options name them.
+OPTIONS = {
+    "username": "--user",
+    "private_key": "--key-file",
+    "host_key": "--host-key",
+    "shared": "--shared",
+    "agent_route": "--agent-route",
+    "relay_host": "--relay-host",
+    "relay_port": "--relay-port",
+    "scheduler": "--scheduler",
+    "host": "--host",
+    "port": "--port",
+}
+
+
+def described(errors: dict[str, list[str]]) -> str:
+    """One line naming each option that is wrong."""
+    return "; ".join(
+        message if field == NON_FIELD_ERRORS else f"{OPTIONS.get(field, field)}: {message}"
+        for field, messages in errors.items()
+        for message in messages
+    )
