@@ -20,8 +20,8 @@ from workers_app.models import (
     Reachability,
 )
 from workers_app.schedulers.base import FieldTemplate, QueryFailed, SchedulerError
+from workers_app.transport.errors import SSHError
 from workers_app.transport.hostkeys import fingerprint
-from workers_app.transport.ssh import SSHError
 
 
 @dataclass(frozen=True)
