@@ -27,7 +27,7 @@ from workers_app.schedulers.base import QueryFailed, SchedulerError
 from workers_app.statemachine import enqueue_on_commit
 from workers_app.statuses import FINISHED as WORKER_FINISHED
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.ssh import SSHError
+from workers_app.transport.errors import SSHError
 
 S = SessionStatus
 log = logging.getLogger(__name__)
