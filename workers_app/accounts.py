@@ -15,10 +15,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from workers_app.connections import new_connection
 from workers_app.models import AccountOrigin, Cluster, ClusterAccount, Worker
 from workers_app.params import ParameterError
 from workers_app.statuses import LIVE
-from workers_app.transport.connection import SSHConnection
 from workers_app.transport.errors import SSHError
 
 # POSIX portable user names (useradd's default rule, plus upper case some sites allow).
@@ -140,15 +140,11 @@ def _refuse_if_in_use(account: ClusterAccount) -> None:
 
 def verify_account(account: ClusterAccount) -> bool:
     """Log in as the account and check who the cluster says we are; records the outcome."""
-    connection = SSHConnection(
-        host=account.cluster.host,
-        port=account.cluster.port,
-        username=account.remote_username,
-        private_key=account.private_key(),
-        host_key=account.cluster.host_key,
-        connect_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
-        command_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
+    connection = new_connection(
+        account.cluster,
+        account,
         max_channels=1,
+        command_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
     )
     error = ""
     try:

@@ -3,7 +3,9 @@
 A user's commands go over their own cluster account; the cluster's own account serves probes
 and the workers of a shared cluster. Connections open on first use, close after
 ACTIVATE_SSH_IDLE_TIMEOUT without a command, and at most ACTIVATE_SSH_MAX_CONNECTIONS stay
-open per process (the least recently used idle one goes first).
+open per process (the least recently used idle one goes first). Terminals get connections of
+their own, as do a relay and the check of an account's login: every SSH connection the platform
+opens is built here.
 """
 
 from __future__ import annotations
@@ -58,7 +60,15 @@ def _login(cluster: Cluster, account: ClusterAccount | None) -> tuple[str, str]:
         raise KeyUnusable(str(exc)) from None
 
 
-def _new_connection(cluster: Cluster, account: ClusterAccount | None) -> SSHConnection:
+def new_connection(
+    cluster: Cluster,
+    account: ClusterAccount | None = None,
+    *,
+    max_channels: int | None = None,
+    command_timeout: float | None = None,
+) -> SSHConnection:
+    """A connection nobody else shares, to ``cluster`` as ``account`` (None: the cluster's own);
+    the caller closes it. KeyUnusable or SSHError when there is no usable login."""
     username, private_key = _login(cluster, account)
     return SSHConnection(
         host=cluster.host,
@@ -67,8 +77,10 @@ def _new_connection(cluster: Cluster, account: ClusterAccount | None) -> SSHConn
         private_key=private_key,
         host_key=cluster.host_key,
         connect_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
-        command_timeout=settings.ACTIVATE_SSH_COMMAND_TIMEOUT,
-        max_channels=settings.ACTIVATE_SSH_MAX_CHANNELS,
+        command_timeout=(
+            settings.ACTIVATE_SSH_COMMAND_TIMEOUT if command_timeout is None else command_timeout
+        ),
+        max_channels=settings.ACTIVATE_SSH_MAX_CHANNELS if max_channels is None else max_channels,
     )
 
 
@@ -85,7 +97,7 @@ def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> S
             return found[1]
         if found is not None:
             stale.append(found[1])
-        connection = _new_connection(cluster, account)
+        connection = new_connection(cluster, account)
         _connections[key] = (fingerprint, connection)
         stale += _evict_locked(keep=key)
         held = len(_connections)
@@ -108,7 +120,7 @@ def open_stream(worker: Worker, argv: list[str], *, pty: PtySize | None) -> Stre
             (c for c, n in pool.items() if n < settings.ACTIVATE_SSH_STREAMS_PER_CONNECTION), None
         )
         if connection is None:
-            connection = _new_connection(worker.cluster, account)
+            connection = new_connection(worker.cluster, account)
         # Counted before the command starts, so a concurrent open sees this place taken.
         pool[connection] = pool.get(connection, 0) + 1
     try:

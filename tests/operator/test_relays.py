@@ -25,7 +25,9 @@ from workers_app.agents.relays import (
     RelaySupervisor,
     agent_url_for,
     relay_tag,
+    tunnel_for,
 )
+from workers_app.connections import connection_for
 from workers_app.models import (
     AgentRelay,
     AgentRoute,
@@ -36,6 +38,7 @@ from workers_app.models import (
     Worker,
 )
 from workers_app.statuses import WorkerStatus
+from workers_app.transport.errors import SSHError
 
 
 def via_login_host(make_cluster: Any, **overrides: object) -> Cluster:
@@ -102,6 +105,20 @@ def test_a_relay_nobody_confirms_shows_as_unknown(make_cluster: Any, settings: A
     assert relay.state_now(later) == RelayState.UNKNOWN
     relay.state = RelayState.STOPPED
     assert relay.state_now(later) == RelayState.STOPPED
+
+
+@pytest.mark.django_db
+def test_a_relay_has_a_connection_of_its_own_as_the_clusters_own_account(
+    make_cluster: Any,
+) -> None:
+    cluster = via_login_host(make_cluster)
+    tunnel = tunnel_for(cluster, "127.0.0.1:40123")
+    assert tunnel.connection is not connection_for(cluster)
+    assert (tunnel.connection.username, tunnel.connection.max_channels) == (cluster.username, 1)
+    assert tunnel.bind_port == 40123  # a repaired relay listens where agents were told
+
+    with pytest.raises(SSHError, match="no account of its own"):
+        tunnel_for(make_cluster(name="nobody", username=""), "")
 
 
 def test_one_lease_holder_per_cluster_and_installation(settings: Any) -> None:

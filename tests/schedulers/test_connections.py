@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import ast
 import time
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from tests.foundation.test_structure import modules
 from tests.transport.test_connection import CLOSED_PORT, public_line
 from workers_app import connections
 from workers_app.accounts import connect_account
-from workers_app.connections import adapter_for, close_idle_connections, connection_for
+from workers_app.connections import (
+    adapter_for,
+    close_idle_connections,
+    connection_for,
+    new_connection,
+)
 from workers_app.schedulers.slurm import SlurmAdapter
 from workers_app.transport.errors import HostKeyMismatch
 
@@ -88,3 +95,30 @@ def test_idle_connections_close_and_the_cap_holds(make_cluster, settings) -> Non
     assert close_idle_connections() == 2
     assert connections.open_connection_count() == 0
     assert connections.connections_held_everywhere() == 0
+
+
+def test_every_ssh_connection_of_the_platform_is_built_by_connections() -> None:
+    builders = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Name) and node.func.id == "SSHConnection")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "SSHConnection")
+            ):
+                builders.add(name)
+    assert builders == {"workers_app.connections"}
+
+
+def test_a_connection_of_its_own_is_not_the_shared_one(make_cluster, user, ssh_target) -> None:
+    cluster = make_cluster(shared=False)
+    account = connect_account(
+        user, cluster, remote_username=ssh_target.user, private_key=ssh_target.private_key
+    )
+    shared = connection_for(cluster, account)
+    own = new_connection(cluster, account, max_channels=1, command_timeout=5)
+    try:
+        assert (own.username, own.max_channels, own.command_timeout) == (ssh_target.user, 1, 5)
+        assert own.run(["id", "-un"]).stdout.strip() == ssh_target.user
+    finally:
+        own.close()
+    assert own is not shared and shared.connects == 0

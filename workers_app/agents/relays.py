@@ -26,13 +26,12 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import F, Q
 from django.utils import timezone
 
-from workers_app.keystore import KeyDecryptionError
+from workers_app.connections import new_connection
 from workers_app.models import AgentRelay, AgentRoute, Cluster, RelayState, Worker
 from workers_app.node import relay_source
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers.base import SchedulerUnavailable
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.connection import SSHConnection
 from workers_app.transport.errors import SSHError
 from workers_app.transport.tunnel import RelayTunnel
 
@@ -202,25 +201,9 @@ def clusters_agents_cannot_reach(now: datetime) -> set[int]:
 
 def tunnel_for(cluster: Cluster, address: str) -> RelayTunnel:
     """A relay over a connection of its own, as the cluster's own account."""
-    try:
-        private_key = cluster.private_key()
-    except KeyDecryptionError as exc:
-        raise SSHError(str(exc)) from None
-    if not cluster.username or not private_key:
-        raise SSHError(f"cluster {cluster.name} has no account of its own for the relay")
     kept_port = int(address.rpartition(":")[2]) if address else 0
-    ssh = SSHConnection(
-        host=cluster.host,
-        port=cluster.port,
-        username=cluster.username,
-        private_key=private_key,
-        host_key=cluster.host_key,
-        connect_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
-        command_timeout=settings.ACTIVATE_SSH_COMMAND_TIMEOUT,
-        max_channels=1,
-    )
     return RelayTunnel(
-        ssh,
+        new_connection(cluster, max_channels=1),
         upstream=upstream_address(),
         # Relayed requests name the agents' server as job scripts of direct clusters do, so the
         # platform's allowed hosts need no login host's name.
