@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand
 from django.db import DatabaseError
 from redis.exceptions import RedisError
 
-from workers_app.agents.relays import RelaySupervisor
+from workers_app.agents.relays.supervisor import RelaySupervisor
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,84 @@
+"""The relay lease: one holder per cluster and installation, in Redis, whatever the number of
+`run_relays` processes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+
+import redis
+from django.conf import settings
+
+from workers_app.redis_connection import redis_client
+
+log = logging.getLogger(__name__)
+LEASE_KEY = "activate:relay-lease:"
+
+# Renew our own lease, or take it again if it lapsed and nobody else took it meanwhile.
+_RENEW = """
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not current then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def holder_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Lease:
+    """One holder per cluster and installation. Held until its time runs out by our own clock,
+    so a holder that cannot reach Redis lets go before anyone else may take it."""
+
+    def __init__(self, cluster_id: int) -> None:
+        self.key = f"{LEASE_KEY}{settings.ACTIVATE_INSTALLATION_ID}:{cluster_id}"
+        self.token = f"{holder_name()}:{uuid.uuid4().hex}"
+        self.until = 0.0
+
+    def _ttl_ms(self) -> int:
+        return max(1, int(settings.ACTIVATE_RELAY_LEASE * 1000))
+
+    def take(self) -> bool:
+        started = time.monotonic()
+        try:
+            taken = bool(redis_client().set(self.key, self.token, nx=True, px=self._ttl_ms()))
+        except redis.RedisError as exc:
+            log.warning("relay lease %s: %s", self.key, exc)
+            return False
+        if taken:
+            self.until = started + settings.ACTIVATE_RELAY_LEASE
+        return taken
+
+    def renew(self) -> bool:
+        """Whether we still hold it."""
+        started = time.monotonic()
+        try:
+            kept = bool(redis_client().eval(_RENEW, 1, self.key, self.token, self._ttl_ms()))
+        except redis.RedisError as exc:
+            log.warning("relay lease %s not renewed: %s", self.key, exc)
+            return self.held()
+        self.until = started + settings.ACTIVATE_RELAY_LEASE if kept else 0.0
+        return kept
+
+    def held(self) -> bool:
+        return time.monotonic() < self.until
+
+    def release(self) -> None:
+        self.until = 0.0
+        try:
+            redis_client().eval(_RELEASE, 1, self.key, self.token)
+        except redis.RedisError:
+            pass  # it lapses on its own

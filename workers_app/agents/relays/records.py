@@ -1,0 +1,54 @@
+"""The AgentRelay rows: what keepers note of their relay, and what operators, the API and the
+heartbeat sweep read from them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from workers_app.models import AgentRelay, AgentRoute, Cluster, RelayState
+
+
+def note(cluster_id: int, **fields: object) -> None:
+    AgentRelay.objects.filter(cluster_id=cluster_id).update(**fields)
+
+
+def note_started(cluster_id: int, holder: str) -> str:
+    """A supervisor took the cluster's lease; returns the state the previous one left."""
+    relay, _ = AgentRelay.objects.get_or_create(cluster_id=cluster_id)
+    AgentRelay.objects.filter(pk=relay.pk).update(
+        state=RelayState.STARTING,
+        holder=holder,
+        checked_at=timezone.now(),
+        updated_at=timezone.now(),
+    )
+    return relay.state
+
+
+def stop_unwanted_relays() -> int:
+    """Relays of clusters switched back to direct that no supervisor confirms any more."""
+    stale = timezone.now() - timedelta(seconds=settings.ACTIVATE_RELAY_LEASE)
+    return (
+        AgentRelay.objects.filter(cluster__agent_route=AgentRoute.DIRECT)
+        .exclude(state=RelayState.STOPPED)
+        .filter(Q(checked_at__lt=stale) | Q(checked_at__isnull=True))
+        .update(state=RelayState.STOPPED, forwarded_port=None, updated_at=timezone.now())
+    )
+
+
+def clusters_agents_cannot_reach(now: datetime) -> set[int]:
+    """Via-login-host clusters whose relay has not been up for a whole heartbeat timeout (or no
+    supervisor confirms it): their agents' silence may be the relay's, not theirs."""
+    stale = now - timedelta(seconds=settings.ACTIVATE_RELAY_LEASE)
+    heard_since = now - timedelta(seconds=settings.ACTIVATE_HEARTBEAT_TIMEOUT)
+    heard = AgentRelay.objects.filter(
+        state=RelayState.UP, up_since__lte=heard_since, checked_at__gte=stale
+    ).values("cluster_id")
+    return set(
+        Cluster.objects.filter(agent_route=AgentRoute.VIA_LOGIN_HOST)
+        .exclude(pk__in=heard)
+        .values_list("pk", flat=True)
+    )
