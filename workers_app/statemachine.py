@@ -67,8 +67,11 @@ class StateMachine(Generic[M]):
         now = now or timezone.now()
         owner = self.model._meta.model_name
         rows = self.model._default_manager.filter(pk=obj.pk)
-        values: dict[str, Any] = {"status": new, "status_reason": reason[:REASON_MAX]}
-        values["updated_at"] = now
+        values: dict[str, Any] = {
+            "status": new,
+            "status_reason": reason[:REASON_MAX],
+            "updated_at": now,
+        }
         if new in self.finished:
             values[self.finished_field] = now
         values.update(fields or {})
@@ -91,8 +94,8 @@ class StateMachine(Generic[M]):
                         setattr(obj, name, value)
                     if after is not None:
                         after(obj, current)
-                    name = getattr(obj, "public_id", obj.pk)
-                    log.info("%s %s: %s -> %s (%s)", owner, name, current, new, reason)
+                    label = getattr(obj, "public_id", obj.pk)
+                    log.info("%s %s: %s -> %s (%s)", owner, label, current, new, reason)
                     return True
                 if match and not rows.filter(**match).exists():
                     return False
