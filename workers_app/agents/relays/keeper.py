@@ -13,13 +13,13 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.db.models import F
 from django.utils import timezone
 
+from workers_app import lifecycle
 from workers_app.agents.relays.addresses import relay_fingerprint, relay_tag, upstream_address
 from workers_app.agents.relays.lease import Lease
 from workers_app.agents.relays.records import note, note_started
 from workers_app.connections import new_connection
-from workers_app.models import AgentRelay, Cluster, RelayState, Worker
+from workers_app.models import AgentRelay, Cluster, RelayState
 from workers_app.node import relay_source
-from workers_app.statuses import WorkerStatus
 from workers_app.transport.errors import SSHError
 from workers_app.transport.tunnel import RelayTunnel
 
@@ -172,9 +172,7 @@ class RelayKeeper:
         if not address:
             # The first address agents can be given: what waited for it goes now, not at the
             # end of its backoff.
-            Worker.objects.filter(cluster_id=self.cluster_id, status=WorkerStatus.PENDING).update(
-                next_attempt_at=now
-            )
+            lifecycle.attempt_pending_now(self.cluster_id, now=now)
 
     def _close(self) -> None:
         tunnel, self.tunnel = self.tunnel, None
