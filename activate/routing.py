@@ -12,8 +12,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter
 from django.urls import path
 
 from activate.websocket_auth import WebSocketAuthMiddleware
-from sessions_app.proxy import PREFIX as SESSION_PREFIX
-from sessions_app.proxy import SessionHttpProxy, SessionWebSocketProxy
+from sessions_app.proxy.http_proxy import SessionHttpProxy
+from sessions_app.proxy.target import PREFIX as SESSION_PREFIX
+from sessions_app.proxy.websocket_proxy import SessionWebSocketProxy
 from workers_app.terminals.consumer import TerminalConsumer
 
 websocket_urlpatterns: list[Any] = [

@@ -3,7 +3,9 @@
 The program runs in a job step of its own (``srun --jobid=ID --overlap`` on Slurm) whose client
 is started detached on the login host, so it outlives the SSH command that started it and
 ends with the session (the launcher is sent SIGTERM) or with the job. Its password goes over
-stdin, never in a command line; the launcher's one line of JSON says where it listens.
+stdin, never in a command line, together with the launcher and the session kind's starter;
+the launcher's one line of JSON says where it listens. The kind (``sessions_app.kinds``) says
+how its program starts and when it is ready.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from urllib.parse import urlencode
 
 import h11
-from django.conf import settings
 
-from sessions_app.models import Session, SessionType
+from sessions_app import kinds
+from sessions_app.models import Session
 from workers_app.connections import adapter_for_worker, connection_for, open_tunnel
 from workers_app.models import Worker
 from workers_app.transport.channels import http_request
@@ -26,7 +28,6 @@ from workers_app.transport.errors import SSHError
 LAUNCHER = (Path(__file__).parent / "node" / "activate_session.py").read_text()
 READY_WITHIN = 150.0
 POLL_EVERY = 0.5
-COOKIE_NAME = "code-server-session"
 STATE_DIR = "~/.activate/sessions"
 
 
@@ -39,24 +40,29 @@ class Launched:
     host: str
     port: int
     pid: int
-    login_cookie: str = ""
+    # What logging in to the program gave (a cookie, a token) for the proxy to send.
+    login: str = ""
 
 
-# What the step runs: its stdin is the password's line, then the launcher's source. A short
-# command line (what `ps` shows on the node), and the password never in it.
+# What the step runs: its stdin is the password's line, then the launcher's source, a NUL and
+# the kind's starter. A short command line (what `ps` shows on the node), the password not in it.
 BOOTSTRAP = (
     "import sys; SECRET = sys.stdin.readline().strip(); "
-    "exec(compile(sys.stdin.read(), 'activate_session.py', 'exec'))"
+    "LAUNCHER, STARTER = sys.stdin.read().split(chr(0), 1); "
+    "exec(compile(LAUNCHER, 'activate_session.py', 'exec'))"
 )
 
 
 def _launcher_argv(session: Session) -> list[str]:
     argv = ["python3", "-c", BOOTSTRAP, session.session_type]
-    if session.session_type == SessionType.VSCODE:
-        argv += ["--code-server", settings.ACTIVATE_CODE_SERVER]
-    else:
-        argv += ["--novnc", settings.ACTIVATE_NOVNC_DIR]
+    for option, value in kinds.get(session.session_type).starter_options(session).items():
+        argv += [option, value]
     return argv
+
+
+def _launcher_input(session: Session) -> str:
+    starter = kinds.get(session.session_type).starter
+    return session.secret() + "\n" + LAUNCHER + "\0" + starter
 
 
 def launch(session: Session) -> Launched:
@@ -72,7 +78,7 @@ def launch(session: Session) -> Launched:
         f"{{ setsid nohup {step} < {base}.in > {base}.out 2>&1 & }}"
     )
     connection = connection_for(worker.cluster, worker.account)
-    result = connection.run(["sh", "-c", line], stdin=session.secret() + "\n" + LAUNCHER)
+    result = connection.run(["sh", "-c", line], stdin=_launcher_input(session))
     if result.exit_status != 0:
         raise LaunchFailed(f"could not start the program: {result.stderr.strip()[:300]}")
     try:
@@ -82,14 +88,11 @@ def launch(session: Session) -> Launched:
         connection.run(["sh", "-c", f"rm -f {base}.in {base}.out"])
     host = worker.node_hostname or str(report.get("host", ""))
     port, pid = int(str(report["port"])), int(str(report["pid"]))
-    cookie = ""
+    kind = kinds.get(session.session_type)
     deadline = time.monotonic() + 30
     while True:
         try:
-            if session.session_type == SessionType.VSCODE:
-                cookie = _log_in(worker, host, port, session.secret())
-            else:
-                _check_answers(worker, host, port)
+            login = kind.log_in(partial(_request, worker, host, port), session)
             break
         except (SSHError, OSError, h11.ProtocolError) as exc:
             if time.monotonic() > deadline:
@@ -97,7 +100,7 @@ def launch(session: Session) -> Launched:
                     f"the program does not answer through the tunnel: {exc}"
                 ) from exc
             time.sleep(POLL_EVERY)
-    return Launched(host=host, port=port, pid=pid, login_cookie=cookie)
+    return Launched(host=host, port=port, pid=pid, login=login)
 
 
 def _wait_for_report(worker: Worker, base: str) -> dict[str, object]:
@@ -146,39 +149,20 @@ def is_running(session: Session) -> bool:
 
 
 def _request(
-    worker: Worker, host: str, port: int, method: str, target: str, body: bytes = b"", **extra: str
+    worker: Worker,
+    host: str,
+    port: int,
+    method: str,
+    target: str,
+    body: bytes,
+    extra: list[tuple[str, str]],
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     connection, channel = open_tunnel(worker, host, port)
     try:
-        headers = [("Host", f"{host}:{port}"), ("Connection", "close")]
-        headers += [(name.replace("_", "-"), value) for name, value in extra.items()]
+        headers = [("Host", f"{host}:{port}"), ("Connection", "close"), *extra]
         if body:
             headers.append(("Content-Length", str(len(body))))
         return http_request(channel, method, target, headers, body)
     finally:
         channel.close()
         connection.tunnel_closed()
-
-
-def _check_answers(worker: Worker, host: str, port: int) -> None:
-    status, _, _ = _request(worker, host, port, "GET", "/vnc.html")
-    if status != 200:
-        raise OSError(f"noVNC answered {status}")
-
-
-def _log_in(worker: Worker, host: str, port: int, password: str) -> str:
-    """Log in to code-server as the user would; its session cookie is what the proxy sends."""
-    body = urlencode({"password": password}).encode()
-    status, headers, _ = _request(
-        worker,
-        host,
-        port,
-        "POST",
-        "/login",
-        body,
-        Content_Type="application/x-www-form-urlencoded",
-    )
-    for name, value in headers:
-        if name.lower() == b"set-cookie" and value.startswith(COOKIE_NAME.encode() + b"="):
-            return value.decode("latin-1").split(";", 1)[0].split("=", 1)[1]
-    raise OSError(f"code-server did not take its password (answered {status})")

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from sessions_app import kinds
 from sessions_app.statuses import SessionStatus
 from workers_app.keystore import decrypt_private_key, encrypt_private_key
 
@@ -16,18 +17,14 @@ def generate_public_id() -> str:
     return "s" + "".join(secrets.choice(PUBLIC_ID_ALPHABET) for _ in range(10))
 
 
-class SessionType(models.TextChoices):
-    DESKTOP = "desktop", "Remote desktop"
-    VSCODE = "vscode", "VS Code"
-
-
 class Session(models.Model):
     public_id = models.CharField(max_length=16, unique=True, default=generate_public_id)
     name = models.CharField(max_length=64)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="interactive_sessions"
     )
-    session_type = models.CharField(max_length=16, choices=SessionType.choices)
+    # One of the registry's kinds (a callable: a new kind needs no migration).
+    session_type = models.CharField(max_length=16, choices=kinds.choices)
     worker = models.ForeignKey(
         "workers_app.Worker", on_delete=models.CASCADE, related_name="sessions"
     )
@@ -45,8 +42,8 @@ class Session(models.Model):
     node_port = models.PositiveIntegerField(null=True, blank=True)
     # The program's process on the node (its launcher), to stop it.
     node_pid = models.PositiveIntegerField(null=True, blank=True)
-    # The program's own password, and what logging in with it gave (a cookie), both encrypted;
-    # the proxy fills them in, the user never types them.
+    # The program's own password, and what logging in with it gave (a cookie, a token), both
+    # encrypted; the proxy fills them in, the user never types them.
     secret_encrypted = models.TextField(blank=True)
     login_cookie_encrypted = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -17,8 +17,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from sessions_app import launch, lifecycle
-from sessions_app.models import Session, SessionType
+from sessions_app import kinds, launch, lifecycle
+from sessions_app.models import Session
 from sessions_app.statuses import LIVE, SessionStatus
 from workers_app import services as worker_services
 from workers_app.models import Worker
@@ -39,8 +39,6 @@ STOP_TASK = "sessions_app.tasks.stop_program"
 START_TIMEOUT = timedelta(seconds=300)
 # The session sweep reads ready sessions this many at a time.
 SWEEP_BATCH = 200
-# VNC passwords are at most 8 characters; code-server's may be longer.
-SECRET_LENGTH = {SessionType.DESKTOP: 8, SessionType.VSCODE: 32}
 
 
 def default_name(session_type: str) -> str:
@@ -59,8 +57,10 @@ def create_session(
 ) -> Session:
     """A session on an environment (a dedicated worker is requested for it) or on a connected
     worker of the owner's. Raises ParameterError naming the offending field."""
-    if session_type not in SessionType.values:
-        raise ParameterError("type", f"must be one of {', '.join(SessionType.values)}")
+    try:
+        kind = kinds.get(session_type)
+    except kinds.UnknownKind:
+        raise ParameterError("type", f"must be one of {', '.join(kinds.names())}") from None
     name = name.strip() or default_name(session_type)
     if not NAME.fullmatch(name):
         raise ParameterError("name", "must be 1 to 64 letters, digits or underscores")
@@ -93,7 +93,7 @@ def create_session(
             worker=worker,
             dedicated_worker=dedicated,
         )
-        session.set_secret(secrets.token_urlsafe(24)[: SECRET_LENGTH[SessionType(session_type)]])
+        session.set_secret(secrets.token_urlsafe(24)[: kind.secret_length])
         session.save()
         lifecycle.record_requested(session)
         enqueue_on_commit(START_TASK, session.pk)
@@ -149,7 +149,7 @@ def start_session(session_id: int) -> str:
         node_host=launched.host,
         node_port=launched.port,
         node_pid=launched.pid,
-        login_cookie=launched.login_cookie,
+        login_cookie=launched.login,
     ):
         # Stopped while it started: the program must not stay behind.
         session.node_pid = launched.pid

@@ -84,9 +84,8 @@ ACTIVATE_TERMINAL_MAX_DURATION = env.number("ACTIVATE_TERMINAL_MAX_DURATION", 86
 ACTIVATE_TERMINALS_PER_USER = env.integer("ACTIVATE_TERMINALS_PER_USER", 10, minimum=1)
 # Threads per web server process for pages and the API (WebSockets need none).
 ACTIVATE_WEB_THREADS = env.integer("ACTIVATE_WEB_THREADS", 8, minimum=1)
-# Sessions: where their programs are found on compute nodes (a command on PATH, or a path).
-ACTIVATE_CODE_SERVER = env.string("ACTIVATE_CODE_SERVER", "code-server")
-ACTIVATE_NOVNC_DIR = env.string("ACTIVATE_NOVNC_DIR", "/usr/share/novnc")
+# Where sessions' programs are on compute nodes (ACTIVATE_CODE_SERVER, ACTIVATE_NOVNC_DIR, ...)
+# each session kind reads itself: see the `tools` of the modules in sessions_app/kinds/.
 # Seconds between sweeps that start sessions whose worker connected and fail stuck starts.
 ACTIVATE_SESSION_SWEEP_INTERVAL = env.number("ACTIVATE_SESSION_SWEEP_INTERVAL", 5, minimum=0.1)
 ACTIVATE_PROBE_INTERVAL = env.number("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)

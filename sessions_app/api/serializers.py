@@ -3,14 +3,15 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework import serializers
 
-from sessions_app.models import Session, SessionEvent, SessionType
+from sessions_app import kinds
+from sessions_app.models import Session, SessionEvent
 from sessions_app.statuses import SessionStatus
 from workers_app.api.serializers import ParamsField
 
 
 class SessionSerializer(serializers.ModelSerializer[Session]):
     id = serializers.CharField(source="public_id", read_only=True)
-    type = serializers.ChoiceField(source="session_type", choices=SessionType.choices)
+    type = serializers.ChoiceField(source="session_type", choices=kinds.choices())
     status = serializers.ChoiceField(choices=SessionStatus.choices, read_only=True)
     reason = serializers.CharField(source="status_reason", read_only=True)
     cluster = serializers.CharField(source="worker.cluster.name", read_only=True)
@@ -56,7 +57,9 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
 
 
 class SessionCreateSerializer(serializers.Serializer[None]):
-    type = serializers.ChoiceField(choices=SessionType.choices)
+    type = serializers.ChoiceField(
+        choices=kinds.choices(), help_text="A session type, as GET /api/sessions/kinds/ lists."
+    )
     cluster = serializers.CharField(max_length=64, help_text="Cluster name.")
     environment = serializers.CharField(
         max_length=64,
@@ -80,6 +83,13 @@ class SessionCreateSerializer(serializers.Serializer[None]):
         default="",
         help_text="Letters, digits and underscores; defaults to <type>_<timestamp>.",
     )
+
+
+class SessionKindSerializer(serializers.Serializer[dict[str, str]]):
+    name = serializers.CharField(read_only=True, help_text="What `type` takes.")
+    # A field named like Field.label: the serializer's metaclass takes it out of the class.
+    label = serializers.CharField(read_only=True)  # type: ignore[assignment]
+    description = serializers.CharField(read_only=True)
 
 
 class SessionEventSerializer(serializers.ModelSerializer[SessionEvent]):

@@ -16,10 +16,11 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from sessions_app import services
+from sessions_app import kinds, services
 from sessions_app.api.serializers import (
     SessionCreateSerializer,
     SessionEventSerializer,
+    SessionKindSerializer,
     SessionSerializer,
 )
 from sessions_app.models import Session, SessionEvent
@@ -102,6 +103,23 @@ class SessionViewSet(
         services.stop_session(session)
         session.refresh_from_db()
         return Response(SessionSerializer(session).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        responses={200: SessionKindSerializer(many=True), **NOT_AUTHENTICATED},
+        filters=False,
+    )
+    @action(detail=False, methods=["get"], url_path="kinds", pagination_class=None)
+    def list_kinds(self, request: Request) -> Response:
+        """The types of session this platform launches: a name for `type`, a label and what
+        it is."""
+        return Response(
+            [
+                SessionKindSerializer(
+                    {"name": kind.name, "label": kind.label, "description": kind.description}
+                ).data
+                for kind in kinds.all_kinds()
+            ]
+        )
 
     @extend_schema(responses={200: SessionEventSerializer(many=True), **NOT_FOUND})
     @action(detail=True, methods=["get"])

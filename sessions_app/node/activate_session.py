@@ -1,15 +1,16 @@
 """A session's program on a compute node: started inside the worker's job, as its owner.
 
-Standard-library Python 3.6+, sent by the platform on stdin after the password's line:
-    python3 -c BOOTSTRAP desktop|vscode [--code-server PATH] [--novnc DIR]
-(the password is never in argv, which other users may read). It picks a free port,
-starts the program there (desktop: Xvnc on the loopback, a terminal in it, websockify serving
-noVNC on the port; vscode: code-server with its password), and once the port answers prints one
-line of JSON: {"ready": true, "host", "port", "pid"}; on failure {"error": "..."}. It stays in
-the foreground, and when any of its programs ends, or it gets SIGTERM or SIGHUP, it ends them all.
+Standard-library Python 3.6+, sent by the platform on stdin: the password's line, this
+launcher's source, a NUL, then the source of the session kind's starter
+(``sessions_app/node/starters/<kind>.py``):
+    python3 -c BOOTSTRAP KIND [--OPTION VALUE ...]
+(the password is never in argv, which other users may read). It picks a free port, has the
+starter start the kind's program there (the options say where the program is on the node),
+and once the port answers prints one line of JSON: {"ready": true, "host", "port", "pid"}; on
+failure {"error": "..."}. It stays in the foreground, and when any of the session's essential
+programs ends, or it gets SIGTERM or SIGHUP, it ends them all.
 """
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,46 +20,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import IO, Any, List, NoReturn, Optional, Tuple
+from typing import IO, Any, Dict, List, NoReturn, Optional
 
 READY_WITHIN = 120
-children = []  # type: List[subprocess.Popen]
-# The programs the session is: when one of them ends, the session's program has ended. (A
-# terminal or window manager closed in the desktop is not: the desktop stays.)
-essential = []  # type: List[subprocess.Popen]
 
 
 def say(**message: Any) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
-
-
-def fail(message: str) -> NoReturn:
-    say(error=message)
-    stop_all()
-    sys.exit(1)
-
-
-def stop_all(*_args: Any) -> None:
-    for child in children:
-        try:
-            os.killpg(child.pid, signal.SIGTERM)
-        except OSError:
-            pass
-    deadline = time.time() + 5
-    for child in children:
-        try:
-            child.wait(max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-
-def stop_and_exit(*_args: Any) -> None:
-    stop_all()
-    sys.exit(0)
 
 
 def free_port(host: str) -> int:
@@ -75,32 +44,8 @@ def answers(port: int) -> bool:
         return False
 
 
-def wait_for(port: int, what: str) -> None:
-    deadline = time.time() + READY_WITHIN
-    while time.time() < deadline:
-        for child in essential:
-            if child.poll() is not None:
-                fail("%s exited with status %s before it answered" % (what, child.returncode))
-        if answers(port):
-            return
-        time.sleep(0.2)
-    fail("%s did not answer on port %d within %d s" % (what, port, READY_WITHIN))
-
-
-def start(argv: List[str], vital: bool = True, **kwargs: Any) -> subprocess.Popen:
-    try:
-        child = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True, **kwargs
-        )
-    except OSError as exc:
-        fail("cannot start %s: %s" % (argv[0], exc))
-    children.append(child)
-    if vital:
-        essential.append(child)
-    return child
-
-
 def find(*names: str) -> Optional[str]:
+    """The first of these commands on PATH (or given as an executable path)."""
     for name in names:
         found = shutil.which(name)
         if found:
@@ -108,146 +53,130 @@ def find(*names: str) -> Optional[str]:
     return None
 
 
-def start_x_server(xvnc: str, password_file: str, log: IO[bytes]) -> Tuple[int, int]:
-    """Xvnc on the first free display; one taken meanwhile (another user's, or one still
-    going away) makes it exit at once, and the next is tried."""
-    display = 19
-    for _ in range(20):
-        display = next(
-            n
-            for n in range(display + 1, 1000)
-            if not os.path.exists("/tmp/.X11-unix/X%d" % n)
-            and not os.path.exists("/tmp/.X%d-lock" % n)
-        )
-        vnc_port = free_port("127.0.0.1")
-        server = start(
-            [
-                xvnc,
-                ":%d" % display,
-                "-rfbport",
-                str(vnc_port),
-                "-interface",
-                "127.0.0.1",
-                "-SecurityTypes",
-                "VncAuth",
-                "-rfbauth",
-                password_file,
-                "-geometry",
-                "1280x800",
-                "-depth",
-                "24",
-                "-AlwaysShared",
-            ],
-            stdout=log,
-            stderr=log,
-        )
+class Launcher:
+    """What a starter gets: a private work folder and log, and the session's processes."""
+
+    ready_within = READY_WITHIN
+
+    def __init__(self, workdir: str, log: IO[bytes]) -> None:
+        self.workdir = workdir
+        self.log = log
+        self.children = []  # type: List[subprocess.Popen]
+        # The programs the session is: when one of them ends, the session's program has ended.
+        # (A terminal or window manager closed in the desktop is not: the desktop stays.)
+        self.essential = []  # type: List[subprocess.Popen]
+
+    free_port = staticmethod(free_port)
+    answers = staticmethod(answers)
+    find = staticmethod(find)
+
+    def fail(self, message: str) -> NoReturn:
+        say(error=message)
+        self.stop_all()
+        sys.exit(1)
+
+    def start(
+        self,
+        argv: List[str],
+        vital: bool = True,
+        env: Optional[Dict[str, str]] = None,
+        **kwargs: Any,
+    ) -> subprocess.Popen:
+        """A process in a session of its own (so it ends with its children), its output in the
+        log, unless the starter says otherwise."""
+        kwargs.setdefault("stdout", self.log)
+        kwargs.setdefault("stderr", self.log)
+        try:
+            child = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                env=env,
+                **kwargs,
+            )
+        except OSError as exc:
+            self.fail("cannot start %s: %s" % (argv[0], exc))
+        self.children.append(child)
+        if vital:
+            self.essential.append(child)
+        return child
+
+    def forget(self, child: subprocess.Popen) -> None:
+        """A process the starter gave up on (and ends itself): no longer the session's."""
+        for group in (self.children, self.essential):
+            if child in group:
+                group.remove(child)
+
+    def wait_for(self, port: int, what: str) -> None:
         deadline = time.time() + READY_WITHIN
-        while server.poll() is None and not answers(vnc_port) and time.time() < deadline:
-            time.sleep(0.1)
-        if server.poll() is None and answers(vnc_port):
-            return display, vnc_port
-        children.remove(server)
-        essential.remove(server)
-        if server.poll() is None:
-            server.kill()
-    fail("Xvnc did not start on any display (see its log)")
+        while time.time() < deadline:
+            for child in self.essential:
+                if child.poll() is not None:
+                    self.fail(
+                        "%s exited with status %s before it answered" % (what, child.returncode)
+                    )
+            if answers(port):
+                return
+            time.sleep(0.2)
+        self.fail("%s did not answer on port %d within %d s" % (what, port, READY_WITHIN))
+
+    def running(self) -> bool:
+        return all(child.poll() is None for child in self.essential)
+
+    def stop_all(self, *_args: Any) -> None:
+        for child in self.children:
+            try:
+                os.killpg(child.pid, signal.SIGTERM)
+            except OSError:
+                pass
+        deadline = time.time() + 5
+        for child in self.children:
+            try:
+                child.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(child.pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
 
-def desktop(secret: str, workdir: str, port: int, novnc: str, log: IO[bytes]) -> None:
-    xvnc = find("Xtigervnc", "Xvnc")
-    vncpasswd = find("tigervncpasswd", "vncpasswd")
-    websockify = find("websockify")
-    if not (xvnc and vncpasswd and websockify):
-        fail("TigerVNC and websockify must be installed on the node")
-    if not os.path.isfile(os.path.join(novnc, "vnc.html")):
-        fail("noVNC is not installed on the node (no %s/vnc.html)" % novnc)
-    password_file = os.path.join(workdir, "vncpasswd")
-    with open(password_file, "wb") as out:
-        out.write(
-            subprocess.run(
-                [vncpasswd, "-f"], input=secret.encode(), stdout=subprocess.PIPE, check=True
-            ).stdout
-        )
-    display, vnc_port = start_x_server(xvnc, password_file, log)
-    env = dict(os.environ, DISPLAY=":%d" % display)
-    window_manager = find("xfwm4", "openbox", "fluxbox", "icewm", "twm")
-    if window_manager:
-        start([window_manager], vital=False, env=env, stdout=log, stderr=log)
-    terminal = find("xterm", "x-terminal-emulator")
-    if terminal:
-        start(
-            [terminal, "-geometry", "120x40+20+20"],
-            vital=False,
-            env=env,
-            cwd=os.path.expanduser("~"),
-            stdout=log,
-            stderr=log,
-        )
-    start(
-        [websockify, "--web", novnc, "0.0.0.0:%d" % port, "127.0.0.1:%d" % vnc_port],
-        stdout=log,
-        stderr=log,
-    )
-    wait_for(port, "websockify")
-
-
-def vscode(secret: str, workdir: str, port: int, code_server: str, log: IO[bytes]) -> None:
-    program = find(code_server) or (code_server if os.access(code_server, os.X_OK) else None)
-    if not program:
-        fail("code-server is not installed on the node (%s)" % code_server)
-    data = os.path.join(os.path.expanduser("~"), ".activate", "code-server")
-    # Given as a (legacy, SHA-256) hash, code-server checks its login cookie with a string
-    # compare; given in plain text, it runs argon2 on every request (about 50 ms each).
-    env = dict(os.environ, HASHED_PASSWORD=hashlib.sha256(secret.encode()).hexdigest())
-    env.pop("PASSWORD", None)
-    start(
-        [
-            program,
-            "--bind-addr",
-            "0.0.0.0:%d" % port,
-            "--auth",
-            "password",
-            "--disable-telemetry",
-            "--disable-update-check",
-            "--disable-workspace-trust",
-            "--user-data-dir",
-            os.path.join(data, "data"),
-            "--extensions-dir",
-            os.path.join(data, "extensions"),
-            os.path.expanduser("~"),
-        ],
-        env=env,
-        stdout=log,
-        stderr=log,
-    )
-    wait_for(port, "code-server")
+def load_starter(kind: str, source: str) -> Any:
+    """The kind's starter, run as a module of its own; its ``start`` starts the program."""
+    namespace = {"__name__": "activate_starter_%s" % kind}  # type: Dict[str, Any]
+    exec(compile(source, "starters/%s.py" % kind, "exec"), namespace)
+    return namespace["start"]
 
 
 def main() -> None:
     args = sys.argv[1:]
     kind = args[0] if args else ""
     options = dict(zip(args[1::2], args[2::2]))
-    # Run by the platform's bootstrap, which read the password's line before this source.
-    secret = str(globals().get("SECRET") or "") or sys.stdin.readline().strip()
-    if not secret:
-        fail("no password came on stdin")
+    # Run by the platform's bootstrap, which read the password's line and split the starter off.
+    secret = str(globals().get("SECRET") or "")
+    source = str(globals().get("STARTER") or "")
+    workdir = tempfile.mkdtemp(prefix="activate-session-")
+    launcher = Launcher(workdir, open(os.path.join(workdir, "log"), "ab"))
+
+    def stop_and_exit(*_args: Any) -> None:
+        launcher.stop_all()
+        sys.exit(0)
+
     for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(number, stop_and_exit)
-    workdir = tempfile.mkdtemp(prefix="activate-session-")
-    log = open(os.path.join(workdir, "log"), "ab")
-    port = free_port("0.0.0.0")
-    if kind == "desktop":
-        desktop(secret, workdir, port, options.get("--novnc", "/usr/share/novnc"), log)
-    elif kind == "vscode":
-        vscode(secret, workdir, port, options.get("--code-server", "code-server"), log)
-    else:
-        fail("unknown session type %r" % kind)
-    say(ready=True, host=socket.gethostname(), port=port, pid=os.getpid())
     try:
-        while all(child.poll() is None for child in essential):
+        if not secret:
+            launcher.fail("no password came on stdin")
+        if not source:
+            launcher.fail("no starter came for session type %r" % kind)
+        port = free_port("0.0.0.0")
+        load_starter(kind, source)(launcher, secret, port, options)
+        launcher.wait_for(port, kind)
+        say(ready=True, host=socket.gethostname(), port=port, pid=os.getpid())
+        while launcher.running():
             time.sleep(1)
     finally:
-        stop_all()
+        launcher.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

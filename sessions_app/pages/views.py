@@ -14,8 +14,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from sessions_app import services
-from sessions_app.models import Session, SessionType
+from sessions_app import kinds, services
+from sessions_app.models import Session
 from workers_app.models import Cluster, Environment, Worker
 from workers_app.pages.views import login_required_page
 from workers_app.params import ParameterError
@@ -75,7 +75,7 @@ def sessions(request: HttpRequest) -> HttpResponse:
             "sessions": services.sessions_visible_to(user).order_by("-created_at")[:LIST_SIZE],
             "groups": target_groups(user),
             "workers": _connected_workers(user),
-            "types": SessionType.choices,
+            "kinds": kinds.all_kinds(),
         },
     )
 

@@ -43,6 +43,7 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
         "/api/workers/{id}/events/",
         "/api/workers/{id}/exec/",
         "/api/sessions/",
+        "/api/sessions/kinds/",
         "/api/sessions/{id}/",
         "/api/sessions/{id}/events/",
     }

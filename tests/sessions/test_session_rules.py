@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from activate.asgi import application
 from sessions_app import lifecycle, services
 from sessions_app.models import Session, SessionEvent
-from sessions_app.proxy import _cookie_header
+from sessions_app.proxy.target import cookie_header
 from sessions_app.statuses import FINISHED, TRANSITIONS, SessionStatus, can_transition
 from tests.factories import WorkerFactory
 from workers_app import lifecycle as worker_lifecycle
@@ -164,7 +164,7 @@ def test_the_proxy_answers_404_for_another_users_session_and_opens_no_tunnel(
     def no_tunnel(*args: object) -> None:
         raise AssertionError("a tunnel was opened for someone else's session")
 
-    monkeypatch.setattr("sessions_app.proxy.open_tunnel", no_tunnel)
+    monkeypatch.setattr("sessions_app.proxy.target.open_tunnel", no_tunnel)
     _, key = ApiKey.issue(other_user)
     headers = [(b"authorization", f"Bearer {key}".encode()), (b"host", b"testserver")]
     page = proxied(f"/s/{session.public_id}/vnc.html", headers, "http")
@@ -210,8 +210,8 @@ def test_a_start_that_died_fails_its_session_at_the_next_sweep(user: Any) -> Non
 
 def test_the_platforms_cookies_never_reach_the_node_and_the_programs_login_is_added() -> None:
     browser = [b"sessionid=platform-session; csrftoken=platform-csrf; theme=dark"]
-    assert _cookie_header(browser, "") == "theme=dark"
-    sent = _cookie_header([*browser, b"code-server-session=stale"], "fresh")
+    assert cookie_header(browser, {}) == "theme=dark"
+    sent = cookie_header([*browser, b"code-server-session=stale"], {"code-server-session": "fresh"})
     assert sent == "theme=dark; code-server-session=fresh"
 
 

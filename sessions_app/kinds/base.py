@@ -1,0 +1,85 @@
+"""What a session kind declares: how its program starts on the node, when it is ready, and how
+the platform's proxy logs the browser in to it. One module per kind in this package."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from activate.env import EnvReader
+
+if TYPE_CHECKING:
+    from sessions_app.models import Session
+
+STARTERS = Path(__file__).resolve().parent.parent / "node" / "starters"
+Headers = list[tuple[bytes, bytes]]
+# One HTTP request to the session's program through a tunnel, blocking: (method, target, body,
+# extra headers) -> (status, headers, body). Raises OSError (or an SSH error) while it cannot
+# be reached.
+NodeRequest = Callable[[str, str, bytes, list[tuple[str, str]]], tuple[int, Headers, bytes]]
+
+_environment = EnvReader()
+
+
+@dataclass(frozen=True)
+class NodeTool:
+    """A program (or folder) a kind needs on compute nodes, and where it is found there: the
+    environment variable ``setting`` on the platform's servers, else ``default`` (a command on
+    the node's PATH, or a path). Its starter is told with ``--option LOCATION``."""
+
+    option: str
+    setting: str
+    default: str
+    what: str
+
+    def location(self) -> str:
+        return _environment.string(self.setting, self.default)
+
+
+@dataclass(frozen=True)
+class ProxyLogin:
+    """What the proxy adds to each request and WebSocket it sends to the program."""
+
+    cookies: dict[str, str] = field(default_factory=dict)
+    headers: Headers = field(default_factory=list)
+
+
+class SessionKind:
+    """A kind of session. Subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+    description: ClassVar[str]
+    # How many characters of the fresh per-session password the program takes.
+    secret_length: ClassVar[int] = 32
+    tools: ClassVar[tuple[NodeTool, ...]] = ()
+    # Whether the program serves its pages under /s/<id>/ itself (it is told its base path);
+    # otherwise the proxy strips that prefix and puts it back on redirects and cookie paths.
+    keeps_prefix: ClassVar[bool] = False
+    # Where the browser lands, under /s/<id>/ ("": the program's own root).
+    landing_path: ClassVar[str] = ""
+
+    @cached_property
+    def starter(self) -> str:
+        """The node starter's source (sessions_app/node/starters/<name>.py)."""
+        return (STARTERS / f"{self.name}.py").read_text()
+
+    def starter_options(self, session: Session) -> dict[str, str]:
+        """What its starter is told on the command line (never a secret: argv is public)."""
+        return {tool.option: tool.location() for tool in self.tools}
+
+    def log_in(self, request: NodeRequest, session: Session) -> str:
+        """Check that the program answers through the tunnel (raise OSError while it does not)
+        and log in as the browser would; returns the login the proxy keeps ("" for none)."""
+        raise NotImplementedError
+
+    def proxy_login(self, login: str) -> ProxyLogin:
+        """What the proxy adds so that the owner never types the program's password."""
+        return ProxyLogin()
+
+    def page(self, session: Session) -> str | None:
+        """A page the platform serves at the session's root instead of the program's."""
+        return None

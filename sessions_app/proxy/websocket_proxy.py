@@ -1,0 +1,169 @@
+"""WebSockets under /s/<id>/: a handshake with the program (with its login), then frames both
+ways until either side closes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+from websockets.client import ClientProtocol
+from websockets.datastructures import Headers
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Response
+from websockets.uri import parse_uri
+
+from sessions_app.proxy.target import cookie_header, find_target, open_pipe, program_check
+from sessions_app.statuses import SessionStatus
+from workers_app.transport.errors import SSHError
+
+SESSION_NOT_FOUND = 4404
+SESSION_UNAVAILABLE = 4503
+
+
+class SessionWebSocketProxy(AsyncWebsocketConsumer):
+    """WebSockets under /s/<id>/: a handshake with the program, then frames both ways."""
+
+    async def connect(self) -> None:
+        self.writer: asyncio.StreamWriter | None = None
+        self.pump_task: asyncio.Task[None] | None = None
+        self.protocol: ClientProtocol | None = None
+        user = self.scope.get("user")
+        public_id = self.scope["url_route"]["kwargs"]["public_id"]
+        target = await find_target(user, public_id)
+        if target is None or self.scope.get("origin_refused"):
+            # Someone else's session (or none): refused before the cluster is asked. Accepted
+            # first, so the client reads the close code rather than a bare 403.
+            await self.refuse(SESSION_NOT_FOUND)
+            return
+        session = target.session
+        if session.status != SessionStatus.RUNNING:
+            await self.refuse(SESSION_UNAVAILABLE)
+            return
+        try:
+            reader, writer = await open_pipe(target)
+        except SSHError:
+            await program_check(session.pk)
+            await self.refuse(SESSION_UNAVAILABLE)
+            return
+        self.writer = writer
+        rest = target.path_on_node("/" + self.scope["url_route"]["kwargs"].get("rest", ""))
+        query = self.scope.get("query_string", b"").decode("latin-1")
+        host, port = target.address
+        uri = parse_uri(f"ws://{host}:{port}{rest}" + (f"?{query}" if query else ""))
+        subprotocols = list(self.scope.get("subprotocols") or [])
+        protocol = ClientProtocol(uri, subprotocols=subprotocols or None, max_size=None)
+        self.protocol = protocol
+        request = protocol.connect()
+        headers = Headers()
+        for name, value in request.headers.raw_items():
+            if name.lower() != "host":
+                headers[name] = value
+        for name, value in self.scope.get("headers", []):
+            lower = name.lower()
+            if lower == b"host":
+                headers["Host"] = value.decode("latin-1")
+            elif lower == b"origin":
+                headers["Origin"] = value.decode("latin-1")
+        raw_cookies = [v for k, v in self.scope.get("headers", []) if k.lower() == b"cookie"]
+        cookies = cookie_header(raw_cookies, target.login.cookies)
+        if cookies:
+            headers["Cookie"] = cookies
+        for name, value in target.login.headers:
+            headers[name.decode("latin-1")] = value.decode("latin-1")
+        request.headers = headers
+        protocol.send_request(request)
+        await self._flush()
+        response = await self._handshake(reader)
+        if response is None:
+            writer.close()
+            await self.refuse(SESSION_UNAVAILABLE)
+            return
+        await self.accept(subprotocol=response.headers.get("Sec-WebSocket-Protocol"))
+        self.pump_task = asyncio.create_task(self._pump(reader))
+
+    async def refuse(self, code: int) -> None:
+        await self.accept()
+        await self.close(code=code)
+
+    async def _flush(self) -> None:
+        assert self.protocol is not None and self.writer is not None
+        for data in self.protocol.data_to_send():
+            if data:
+                self.writer.write(data)
+            else:
+                self.writer.write_eof() if self.writer.can_write_eof() else None
+        await self.writer.drain()
+
+    async def _handshake(self, reader: asyncio.StreamReader) -> Response | None:
+        """The program's answer to the handshake; frames that came with it are kept."""
+        assert self.protocol is not None
+        response: Response | None = None
+        while response is None:
+            data = await reader.read(65536)
+            if not data:
+                return None
+            self.protocol.receive_data(data)
+            for event in self.protocol.events_received():
+                if isinstance(event, Response):
+                    response = event
+                elif isinstance(event, Frame):
+                    self.pending_frames.append(event)
+        return response if self.protocol.handshake_exc is None else None
+
+    @property
+    def pending_frames(self) -> list[Frame]:
+        if not hasattr(self, "_pending"):
+            self._pending: list[Frame] = []
+        return self._pending
+
+    async def _pump(self, reader: asyncio.StreamReader) -> None:
+        assert self.protocol is not None
+        fragments: list[bytes] = []
+        text = False
+        frames = list(self.pending_frames)
+        try:
+            while True:
+                for frame in frames:
+                    if frame.opcode in (Opcode.TEXT, Opcode.BINARY):
+                        text, fragments = frame.opcode == Opcode.TEXT, [bytes(frame.data)]
+                    elif frame.opcode == Opcode.CONT:
+                        fragments.append(bytes(frame.data))
+                    elif frame.opcode == Opcode.CLOSE:
+                        await self.close()
+                        return
+                    else:
+                        continue
+                    if frame.fin:
+                        message = b"".join(fragments)
+                        if text:
+                            await self.send(text_data=message.decode())
+                        else:
+                            await self.send(bytes_data=message)
+                await self._flush()
+                data = await reader.read(65536)
+                if not data:
+                    self.protocol.receive_eof()
+                    await self.close()
+                    return
+                self.protocol.receive_data(data)
+                frames = [e for e in self.protocol.events_received() if isinstance(e, Frame)]
+        except (ConnectionError, OSError):
+            await self.close()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.protocol is None or self.writer is None:
+            return
+        if bytes_data is not None:
+            self.protocol.send_binary(bytes_data)
+        elif text_data is not None:
+            self.protocol.send_text(text_data.encode())
+        try:
+            await self._flush()
+        except (ConnectionError, OSError):
+            await self.close()
+
+    async def disconnect(self, code: int) -> None:
+        if self.pump_task is not None:
+            self.pump_task.cancel()
+        if self.writer is not None:
+            self.writer.close()
