@@ -13,9 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from activate_cli import sessions
+
 SHELLS = ("bash", "zsh")
 # An option whose metavar is FILE completes file names.
 FILE_METAVAR = "FILE"
+# Options whose values only the server knows: completed with what this pw command prints.
+LISTED_METAVARS = {sessions.TYPE_METAVAR: sessions.TYPES_COMMAND}
 
 
 @dataclass
@@ -29,6 +33,7 @@ class Tables:
     valued: dict[str, list[str]] = field(default_factory=dict)
     values: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     files: set[tuple[str, str]] = field(default_factory=set)
+    listed: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
 
 def joined(path: str, name: str) -> str:
@@ -62,6 +67,8 @@ def walk(parser: argparse.ArgumentParser, path: str, tables: Tables) -> None:
                         tables.values[(path, option)] = [str(c) for c in action.choices]
                     elif action.metavar == FILE_METAVAR:
                         tables.files.add((path, option))
+                    elif isinstance(action.metavar, str) and action.metavar in LISTED_METAVARS:
+                        tables.listed[(path, option)] = LISTED_METAVARS[action.metavar]
         elif action.choices:
             words += [(str(c), "") for c in action.choices]
     tables.words[path] = words
@@ -125,6 +132,9 @@ def tables_script(prog: str, tables: Tables) -> Iterator[str]:
         {f"{p}|{o}": "return 0" for p, o in sorted(tables.files)},
         otherwise="return 1",
     )
+    yield from case_function(
+        f"{f}_listed", "$1|$2", {f"{p}|{o}": echo(list(c)) for (p, o), c in tables.listed.items()}
+    )
 
 
 # Shared by both shells: walks words[first..current-1] into $cmdpath, sets $expects_value when
@@ -157,7 +167,14 @@ BASH_MAIN = """\
         if {f}_files "$cmdpath" "$prev"; then
             COMPREPLY=($(compgen -f -- "$cur"))
         else
-            COMPREPLY=($(compgen -W "$({f}_values "$cmdpath" "$prev")" -- "$cur"))
+            local listed values
+            listed="$({f}_listed "$cmdpath" "$prev")"
+            if [[ -n "$listed" ]]; then
+                values="$("${{words[0]}}" $listed 2>/dev/null)"
+            else
+                values="$({f}_values "$cmdpath" "$prev")"
+            fi
+            COMPREPLY=($(compgen -W "$values" -- "$cur"))
         fi
     elif [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$({f}_options "$cmdpath")" -- "$cur"))
@@ -174,8 +191,11 @@ ZSH_MAIN = """\
     local -a described
     {f}_walk 2 "$CURRENT"
     if ((expects_value)); then
+        local listed="$({f}_listed "$cmdpath" "$prev")"
         if {f}_files "$cmdpath" "$prev"; then
             _files
+        elif [[ -n "$listed" ]]; then
+            compadd -- $("${{words[1]}}" ${{=listed}} 2>/dev/null)
         else
             compadd -- $({f}_values "$cmdpath" "$prev")
         fi

@@ -1,4 +1,5 @@
-"""pw sessions create|ls|get|stop: remote desktops and VS Code on workers, in the browser."""
+"""pw sessions create|ls|get|stop|types: programs on workers (a desktop, VS Code, ...) opened
+in the browser. The types are the server's: `pw sessions types` lists them."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ RUNNING = "running"
 ENDED = "ended"
 FAILED = "failed"
 SESSION_STATUSES = (PENDING, STARTING, RUNNING, ENDED, FAILED)
-SESSION_TYPES = ("desktop", "vscode")
+KINDS_PATH = "/sessions/kinds/"
+# Shell completion offers --type's values by running this pw command (the server's types).
+TYPE_METAVAR = "TYPE"
+TYPES_COMMAND = ("sessions", "types", "--names")
 
 Session = dict[str, Any]
 
@@ -105,9 +109,34 @@ def open_in_browser(session: Session) -> None:
         print(f"open {session['url']} in your browser", file=sys.stderr)
 
 
+def session_types(client: ApiClient) -> list[dict[str, Any]]:
+    return list(client.get(KINDS_PATH))
+
+
+def check_type(client: ApiClient, name: str) -> None:
+    known = [str(kind["name"]) for kind in session_types(client)]
+    if name not in known:
+        raise CliError(f"unknown session type {name!r}; {client.host} offers: {', '.join(known)}")
+
+
+def render_types(types: list[dict[str, Any]]) -> str:
+    rows = [[cell(t["name"]), cell(t.get("label")), cell(t.get("description"))] for t in types]
+    return table(["TYPE", "LABEL", "DESCRIPTION"], rows)
+
+
+def list_types(client: ApiClient, args: argparse.Namespace) -> int:
+    types = session_types(client)
+    if args.names:
+        print("\n".join(str(t["name"]) for t in types))
+    else:
+        emit(sys.stdout, types, args.output, render_types)
+    return 0
+
+
 def create(client: ApiClient, args: argparse.Namespace) -> int:
     if bool(args.environment) == bool(args.worker):
         raise CliError("give --environment ENV or --worker ID (one of them)")
+    check_type(client, args.type)
     body: dict[str, Any] = {"type": args.type, "cluster": args.cluster}
     if args.environment:
         body["environment"] = args.environment
@@ -159,13 +188,19 @@ def add_parser(
     commands: Any, common: argparse.ArgumentParser, output: argparse.ArgumentParser
 ) -> None:
     sessions = commands.add_parser(
-        "sessions", help="remote desktops and VS Code on workers", parents=[common]
+        "sessions", help="desktops, VS Code and more on workers, in the browser", parents=[common]
     )
     sub = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     p = sub.add_parser("create", help="launch a session", parents=[common, output])
     p.add_argument("cluster", metavar="CLUSTER")
-    p.add_argument("--type", "-t", required=True, choices=SESSION_TYPES)
+    p.add_argument(
+        "--type",
+        "-t",
+        required=True,
+        metavar=TYPE_METAVAR,
+        help="what to run (the server's types: pw sessions types)",
+    )
     p.add_argument("--environment", "-e", metavar="ENV", help="on a new worker of ENV")
     p.add_argument("--worker", "-w", metavar="ID", help="on this connected worker of yours")
     p.add_argument(
@@ -196,3 +231,9 @@ def add_parser(
     )
     p.add_argument("id", metavar="ID")
     p.set_defaults(run=stop)
+
+    p = sub.add_parser(
+        "types", help="the types of session the server runs", parents=[common, output]
+    )
+    p.add_argument("--names", action="store_true", help="only their names, one a line")
+    p.set_defaults(run=list_types)
