@@ -55,10 +55,11 @@ class WebSocketAuthMiddleware:
     async def __call__(
         self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
     ) -> None:
-        authorization = _header(scope, b"authorization")
-        if authorization is not None:
-            parts = authorization.split()
-            valid = len(parts) == 2 and parts[0].lower() == KEYWORD.lower()
+        parts = (_header(scope, b"authorization") or "").split()
+        # Only the API's own scheme is a key, as for the REST API: another one (JupyterLab sends
+        # its server's token with each request) is a session program's, and the cookie counts.
+        if parts and parts[0].lower() == KEYWORD.lower():
+            valid = len(parts) == 2
             user = await _key_user(parts[1]) if valid else AnonymousUser()
             await self.app(dict(scope, user=user, auth="api_key"), receive, send)
             return

@@ -1,0 +1,30 @@
+"""Who the session proxy lets through when the browser's page adds its own credentials."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from sessions_app.statuses import SessionStatus
+from tests.sessions.test_session_rules import connected_worker, proxied, session_on
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_programs_own_authorization_header_leaves_the_owners_browser_session_in_force(
+    user: Any, client: Any
+) -> None:
+    # JupyterLab sends its server's token as "Authorization: token ..." from the owner's page.
+    session = session_on(connected_worker(user), status=SessionStatus.PENDING)
+    client.force_login(user)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    headers = [(b"cookie", cookie.encode()), (b"host", b"testserver")]
+    page = proxied(
+        f"/s/{session.public_id}/api/me", [*headers, (b"authorization", b"token x")], "http"
+    )
+    assert (page["status"], dict(page["headers"]).get(b"retry-after")) == (503, b"2")
+    anonymous = proxied(f"/s/{session.public_id}/api/me", [(b"host", b"testserver")], "http")
+    assert anonymous["status"] == 302
+    assert dict(anonymous["headers"])[b"location"].startswith(b"/login/?next=/s/")
