@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# What sessions run on the test node (this machine): a VNC desktop with noVNC, and code-server.
+# What sessions run on the test node (this machine): a VNC desktop with noVNC, code-server and
+# JupyterLab.
 #   scripts/session-tools.sh     installs what is missing (needs root or sudo); idempotent
 #
 # Desktop: Debian's TigerVNC, noVNC, websockify and xterm. VS Code: code-server, pinned, built
 # once into $CODE_SERVER_CACHE (outside the repository, kept between CI runs on one machine)
 # and put on PATH as /usr/local/bin/code-server. Its npm post-install steps download binaries
 # and need build headers, so they are skipped and done here by hand with Debian's pieces.
+# Jupyter: JupyterLab from PyPI, pinned, in a virtual environment of its own made with Debian's
+# python3 in $JUPYTER_CACHE (its kernel is that environment's Python), put on PATH as
+# /usr/local/bin/jupyter-lab.
 set -euo pipefail
 CODE_SERVER_VERSION="${CODE_SERVER_VERSION:-4.100.3}"
 CODE_SERVER_CACHE="${CODE_SERVER_CACHE:-/var/cache/activate/code-server}"
+JUPYTERLAB_VERSION="${JUPYTERLAB_VERSION:-4.6.6}"
+JUPYTER_CACHE="${JUPYTER_CACHE:-/var/cache/activate/jupyter}"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 
 packages=(tigervnc-standalone-server tigervnc-tools novnc websockify xterm libkrb5-dev ripgrep
-    build-essential python3)
+    build-essential python3 python3-venv)
 # Node.js 20 from another source may already be there (with its npm): then it is used.
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
@@ -62,3 +68,26 @@ if [ "$(cat "$wrapper" 2>/dev/null)" != "$wanted" ]; then
     $SUDO chmod 755 "$wrapper"
 fi
 code-server --version 2>/dev/null | head -1
+
+jupyter="$JUPYTER_CACHE/$JUPYTERLAB_VERSION"
+if [ ! -f "$jupyter/.complete" ]; then
+    # Made where it stays: a virtual environment's scripts name its own path.
+    $SUDO rm -rf "$jupyter"
+    $SUDO mkdir -p "$JUPYTER_CACHE"
+    $SUDO /usr/bin/python3 -m venv "$jupyter"
+    $SUDO "$jupyter/bin/pip" install --quiet --disable-pip-version-check \
+        "jupyterlab==$JUPYTERLAB_VERSION"
+    $SUDO chmod -R a+rX "$jupyter"
+    $SUDO touch "$jupyter/.complete"
+fi
+# No news or update prompts: the node need not reach the internet, nor the user answer.
+overrides="$jupyter/share/jupyter/lab/settings/overrides.json"
+wanted_overrides='{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}'
+if [ "$(cat "$overrides" 2>/dev/null)" != "$wanted_overrides" ]; then
+    $SUDO mkdir -p "$(dirname "$overrides")"
+    printf '%s\n' "$wanted_overrides" | $SUDO tee "$overrides" >/dev/null
+fi
+if [ "$(readlink /usr/local/bin/jupyter-lab 2>/dev/null)" != "$jupyter/bin/jupyter-lab" ]; then
+    $SUDO ln -sfn "$jupyter/bin/jupyter-lab" /usr/local/bin/jupyter-lab
+fi
+echo "jupyterlab $(jupyter-lab --version 2>/dev/null)"

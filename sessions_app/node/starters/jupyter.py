@@ -1,0 +1,39 @@
+"""JupyterLab: Jupyter Server on the session's port under the session's base URL, its token
+(the session's password) in its environment, opened on the owner's home folder
+(options: --jupyter-lab PATH, --base-url /s/<id>/)."""
+
+import os
+from typing import TYPE_CHECKING, Dict
+
+if TYPE_CHECKING:
+    from ..activate_session import Launcher  # the launcher these run in, on the node too
+
+
+def start(launcher: "Launcher", secret: str, port: int, options: Dict[str, str]) -> None:
+    jupyter_lab = options.get("--jupyter-lab", "jupyter-lab")
+    program = launcher.find(jupyter_lab)
+    if not program:
+        launcher.fail("JupyterLab is not installed on the node (%s)" % jupyter_lab)
+    home = os.path.expanduser("~")
+    # Read by Jupyter Server as its token: never in argv, which other users may read.
+    env = dict(os.environ, JUPYTER_TOKEN=secret)
+    launcher.start(
+        [
+            program,
+            "--no-browser",
+            "--ServerApp.ip=0.0.0.0",
+            "--ServerApp.port=%d" % port,
+            "--ServerApp.port_retries=0",
+            "--ServerApp.base_url=%s" % options.get("--base-url", "/"),
+            "--ServerApp.root_dir=%s" % home,
+            # The browser's Host is the platform's address, not this node's.
+            "--ServerApp.allow_remote_access=True",
+            "--ServerApp.password=",
+            # Nothing to fetch from outside the cluster.
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        env=env,
+        cwd=home,
+    )
+    launcher.wait_for(port, "JupyterLab")
