@@ -34,7 +34,8 @@ browser:
 cluster:
 	bash scripts/testcluster.sh up
 
-# What sessions run on the test node: TigerVNC, noVNC, websockify, xterm, code-server (cached).
+# What sessions run on the test node: TigerVNC, noVNC, websockify, xterm; code-server and
+# JupyterLab (each cached).
 session-tools:
 	bash scripts/session-tools.sh
 
