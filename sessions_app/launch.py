@@ -54,7 +54,16 @@ BOOTSTRAP = (
 
 
 def _launcher_argv(session: Session) -> list[str]:
-    argv = ["python3", "-c", BOOTSTRAP, session.session_type]
+    # The session's id in argv (not a secret) lets the worker's agent on the node tell which
+    # session a launcher process is, and report it when it ends.
+    argv = [
+        "python3",
+        "-c",
+        BOOTSTRAP,
+        session.session_type,
+        "--activate-session",
+        session.public_id,
+    ]
     for option, value in kinds.get(session.session_type).starter_options(session).items():
         argv += [option, value]
     return argv
