@@ -88,6 +88,19 @@ ACTIVATE_WEB_THREADS = env.integer("ACTIVATE_WEB_THREADS", 8, minimum=1)
 # each session kind reads itself: see the `tools` of the modules in sessions_app/kinds/.
 # Seconds between sweeps that start sessions whose worker connected and fail stuck starts.
 ACTIVATE_SESSION_SWEEP_INTERVAL = env.number("ACTIVATE_SESSION_SWEEP_INTERVAL", 5, minimum=0.1)
+# The session proxy, per web server process and user: requests and WebSockets open at once
+# (over it, 429 or close 4429), and the largest request body (413) and WebSocket message (close
+# 1009) it passes on, in bytes. uvicorn's --ws-max-size (16 MiB) caps browsers' messages too.
+ACTIVATE_PROXY_MAX_CONNECTIONS_PER_USER = env.integer(
+    "ACTIVATE_PROXY_MAX_CONNECTIONS_PER_USER", 64, minimum=1
+)
+ACTIVATE_PROXY_MAX_WEBSOCKETS_PER_USER = env.integer(
+    "ACTIVATE_PROXY_MAX_WEBSOCKETS_PER_USER", 64, minimum=1
+)
+ACTIVATE_PROXY_MAX_BODY = env.integer("ACTIVATE_PROXY_MAX_BODY", 64 * 1024 * 1024, minimum=1024)
+ACTIVATE_PROXY_MAX_MESSAGE = env.integer(
+    "ACTIVATE_PROXY_MAX_MESSAGE", 16 * 1024 * 1024, minimum=1024
+)
 ACTIVATE_PROBE_INTERVAL = env.number("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
 ACTIVATE_RECONCILE_INTERVAL = env.number("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
 # How long a dispatched submission owns a pending worker before the sweep sends it again.
