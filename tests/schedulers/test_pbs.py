@@ -136,13 +136,17 @@ def test_refused_submit_raises_with_qsub_message() -> None:
         PbsAdapter(runner).submit(spec())
 
 
-def test_find_job_uses_qselect_by_name() -> None:
-    runner = FakeRunner().on("qselect", ok("1003.pbs01\n"))
+def test_find_job_uses_qselect_by_name_among_the_accounts_own_jobs() -> None:
+    runner = FakeRunner().on("sh", ok("1003.pbs01\n"))
     assert PbsAdapter(runner).find_job("pw-worker-running") == "1003.pbs01"
-    assert runner.calls[0][0] == ["qselect", "-N", "pw-worker-running"]
-    assert PbsAdapter(FakeRunner().on("qselect", ok(""))).find_job("pw-worker-x") is None
+    [(argv, _)] = runner.calls
+    # A neighbour's job of the same name is never looked at: qselect -u names the account.
+    assert argv[:2] == ["sh", "-c"]
+    assert 'qselect -u "$(id -un)" -N "$1"' in argv[2]
+    assert argv[-1] == "pw-worker-running"
+    assert PbsAdapter(FakeRunner().on("sh", ok(""))).find_job("pw-worker-x") is None
     with pytest.raises(QueryFailed):
-        PbsAdapter(FakeRunner().on("qselect", failed("qselect: cannot connect\n", 2))).find_job(
+        PbsAdapter(FakeRunner().on("sh", failed("qselect: cannot connect\n", 2))).find_job(
             "pw-worker-x"
         )
 
@@ -170,6 +174,7 @@ def test_list_platform_jobs_of_the_account() -> None:
     )
     jobs = PbsAdapter(runner).list_platform_jobs("pw-worker-")
     assert jobs == {"1001.pbs01": "pw-worker-queued", "1003.pbs01": "pw-worker-running"}
+    assert 'qselect -u "$(id -un)"' in runner.calls[0][0][2]
 
 
 def test_partitions_from_queues_nodes_and_server_default() -> None:

@@ -96,7 +96,7 @@ def test_lookups_by_name_are_one_squeue_for_many_names() -> None:
 
     assert SlurmAdapter(runner).find_jobs(["a", "b", "c", "d"]) == {"a": "11", "c": "13"}
     [(argv, _)] = runner.calls
-    assert "--name=a,b,c,d" in argv
+    assert "--name=a,b,c,d" in argv and "--me" in argv
 
 
 def test_a_large_batch_goes_in_a_few_commands_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

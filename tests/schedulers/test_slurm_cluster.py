@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -131,6 +132,30 @@ def test_find_job_and_platform_jobs_by_name(
     assert slurm.find_job(unique + "done") is None
     assert slurm.find_job(unique + "nothing") is None
     assert slurm.list_platform_jobs(unique) == {live: unique + "live"}
+
+
+def test_a_neighbours_job_of_the_same_name_is_neither_found_nor_listed(
+    slurm: SlurmAdapter, submitted: list[str], unique: str, ssh_target: SshTarget
+) -> None:
+    # Given another Unix user's held job named like ours, a later (higher) id than our own.
+    neighbour = sorted(ssh_target.accounts)[-1]
+    ours = submit(slurm, submitted, unique + "twin", "sleep 300", directives=(NOT_BEFORE_AN_HOUR,))
+    sbatch = ["sbatch", "--parsable", "--hold", f"--job-name={unique}twin", "--output=/dev/null"]
+    theirs = subprocess.run(
+        ["runuser", "-u", neighbour, "--", *sbatch, "--wrap=sleep 600"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.strip()
+    try:
+        assert int(theirs) > int(ours)
+        # Then every look-up by name sees our job only.
+        assert slurm.find_job(unique + "twin") == ours
+        assert slurm.find_jobs([unique + "twin", unique + "none"]) == {unique + "twin": ours}
+        assert slurm.list_platform_jobs(unique) == {ours: unique + "twin"}
+    finally:
+        subprocess.run(["scancel", theirs], check=False, timeout=30)
 
 
 def test_query_of_200_ids_is_one_command(

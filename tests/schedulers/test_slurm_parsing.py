@@ -383,7 +383,9 @@ def test_find_job_returns_the_live_job_with_that_name_only() -> None:
     )
     runner = FakeRunner().on("squeue", ok(stdout))
     assert SlurmAdapter(runner).find_job("pw-worker-a") == "11"
-    assert "--name=pw-worker-a" in runner.calls[0][0]
+    argv = runner.calls[0][0]
+    # The account's own jobs only: a neighbour can name a job like ours.
+    assert "--name=pw-worker-a" in argv and "--me" in argv
 
 
 def test_find_job_without_a_live_job_is_none_and_failure_raises() -> None:

@@ -56,6 +56,8 @@ OUT_OF_MEMORY_STATUSES = {-26, -27}  # JOB_EXEC_KILL_VMEM, JOB_EXEC_KILL_MEM
 
 JOB_ID = re.compile(r"^[0-9]+(?:\[[0-9]*\])?(?:\.[A-Za-z0-9_.-]+)?$")
 NAME_ARGUMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_.+-]*$")
+# The account's unfinished jobs named $1 (qselect without -x).
+OWN_JOBS_NAMED = 'exec qselect -u "$(id -un)" -N "$1"'
 UNKNOWN_JOB = re.compile(r"^qstat: Unknown Job Id (\S+)$")
 WALLTIME_PATTERN = r"[0-9]+:[0-5][0-9]:[0-5][0-9]|[0-9]+"
 # pbs_resources(7B) durations: [[hours:]minutes:]seconds[.milliseconds].
@@ -318,8 +320,8 @@ class PbsAdapter(SchedulerAdapter):
     def find_job(self, name: str) -> str | None:
         if not NAME_ARGUMENT.fullmatch(name):
             raise ValueError(f"not a PBS job name: {name!r}")
-        # qselect lists jobs that have not finished.
-        result = self.runner.run(["qselect", "-N", name])
+        # Unfinished jobs of the account only: anyone on the cluster can name a job like ours.
+        result = self.runner.run(["sh", "-c", OWN_JOBS_NAMED, "qselect", name])
         if result.exit_status != 0 or result.stderr.strip():
             raise QueryFailed(f"qselect failed: {result.stderr.strip()[:500]}")
         ids = [line.strip() for line in result.stdout.splitlines() if line.strip()]

@@ -487,8 +487,16 @@ class SlurmAdapter(SchedulerAdapter):
     def find_job(self, name: str) -> str | None:
         if not NAME_ARGUMENT.fullmatch(name):
             raise ValueError(f"not a job name squeue can look up: {name!r}")
+        # The account's own jobs only (--me): anyone on the cluster can name a job like ours.
         result = self._run(
-            ["squeue", "--noheader", "--states=all", f"--name={name}", f"--Format={QUERY_FORMAT}"]
+            [
+                "squeue",
+                "--noheader",
+                "--me",
+                "--states=all",
+                f"--name={name}",
+                f"--Format={QUERY_FORMAT}",
+            ]
         )
         if result.exit_status != 0 or _error_lines(result.stderr):
             raise QueryFailed(f"squeue failed: {result.stderr.strip()[:500]}")
@@ -516,6 +524,7 @@ class SlurmAdapter(SchedulerAdapter):
                 [
                     "squeue",
                     "--noheader",
+                    "--me",
                     "--states=all",
                     f"--name={','.join(chunk)}",
                     f"--Format={QUERY_FORMAT}",
