@@ -48,6 +48,38 @@ ACTIVATE_AGENT_URL = env.url(
 # so it cannot become a second door into the API or the admin.
 ACTIVATE_AGENT_SERVER = env.boolean("ACTIVATE_AGENT_SERVER", False)
 
+# Sessions on origins of their own (sessions_app/origins.py): each at <id>.<this domain>, with
+# the platform's scheme and port, so that what a session serves can neither call the platform's
+# API nor read its cookies. Browsers resolve *.localhost to loopback, so a platform on loopback
+# needs no DNS; elsewhere it takes wildcard DNS and TLS. ACTIVATE_SESSION_PATHS=true serves
+# sessions on the platform's own origin instead: only for sites whose users trust each other.
+ACTIVATE_SESSION_PATHS = env.boolean("ACTIVATE_SESSION_PATHS", False)
+_public_host = urlsplit(ACTIVATE_PUBLIC_URL).hostname or ""
+_loopback = _public_host in ("localhost", "::1") or _public_host.startswith("127.")
+ACTIVATE_SESSION_DOMAIN = env.matching(
+    "ACTIVATE_SESSION_DOMAIN",
+    "localhost" if _loopback and not ACTIVATE_SESSION_PATHS else "",
+    pattern=r"|[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*",
+    meaning="a lowercase DNS name (sessions are served at <id>.<name>)",
+)
+if ACTIVATE_SESSION_PATHS and env.optional_string("ACTIVATE_SESSION_DOMAIN"):
+    raise ConfigurationError("set ACTIVATE_SESSION_DOMAIN or ACTIVATE_SESSION_PATHS, not both")
+if not ACTIVATE_SESSION_PATHS and not ACTIVATE_SESSION_DOMAIN:
+    raise ConfigurationError(
+        f"ACTIVATE_SESSION_DOMAIN must be set for a platform at {ACTIVATE_PUBLIC_URL}: sessions"
+        " are served at <id>.<that domain> (wildcard DNS and TLS); ACTIVATE_SESSION_PATHS=true"
+        " serves them on the platform's own origin instead, for sites whose users trust each other"
+    )
+for _trusted in CSRF_TRUSTED_ORIGINS:
+    # A session's origin trusted for CSRF could post to the platform as the session's owner.
+    _host = (urlsplit(_trusted).hostname or "").removeprefix("*.")
+    _suffix = "." + ACTIVATE_SESSION_DOMAIN
+    _covers = _host.endswith(_suffix) or ("*." in _trusted and _suffix.endswith("." + _host))
+    if ACTIVATE_SESSION_DOMAIN and _covers:
+        raise ConfigurationError(
+            f"ACTIVATE_CSRF_TRUSTED_ORIGINS may not include sessions' origins, got {_trusted!r}"
+        )
+
 # Names every scheduler job this installation submits (pw-worker-<id>-<worker>), so that
 # installations sharing a cluster account never adopt or cancel each other's jobs. The default
 # follows the secret key; set it explicitly to keep it across a key rotation.

@@ -37,6 +37,11 @@ SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_SECURE = env.boolean("ACTIVATE_SECURE_COOKIES", True)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SESSION_COOKIE_HTTPONLY = True
+if SESSION_COOKIE_SECURE:
+    # Sessions' hosts may share the platform's site (sessions.example.org, activate.example.org):
+    # browsers take a __Host- cookie only from the platform's own host, so a session's page
+    # cannot plant a login of its choosing on the platform.
+    SESSION_COOKIE_NAME = "__Host-sessionid"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

@@ -79,10 +79,12 @@ def test_a_notebook_in_jupyter_runs_its_kernel_on_the_node_as_the_owner_and_no_o
     page = logged_in_page(chromium, session_platform, "alice")
     seen = troubles(page)
     page.goto(session["url"])
+    # The platform hands her over to the session's own origin.
+    own = f"http://{session['id']}.localhost:{session_platform.port}/s/{session['id']}/"
     try:
-        page.wait_for_url(f"{session['url']}lab*", timeout=60_000)
+        page.wait_for_url(f"{own}lab*", timeout=60_000)
         # Her cluster account's home keeps JupyterLab's last layout: start from the launcher.
-        page.goto(f"{session['url']}lab?reset")
+        page.goto(f"{own}lab?reset")
         page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click(timeout=90_000)
         page.wait_for_url(re.compile(r".*/lab/tree/.*\.ipynb"), timeout=60_000)
         notebook = page.url.rsplit("/lab/tree/", 1)[1]

@@ -5,22 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from sessions_app.statuses import SessionStatus
+from tests.sessions.test_session_origins import credential_cookie, handed_over, host_of, take
 from tests.sessions.test_session_rules import connected_worker, proxied, session_on
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_programs_own_authorization_header_leaves_the_owners_browser_session_in_force(
-    user: Any, client: Any
+    user: Any,
 ) -> None:
-    # JupyterLab sends its server's token as "Authorization: token ..." from the owner's page.
+    # JupyterLab sends its server's token as "Authorization: token ..." from the owner's page,
+    # on the session's own host.
     session = session_on(connected_worker(user), status=SessionStatus.PENDING)
-    client.force_login(user)
-    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
-    headers = [(b"cookie", cookie.encode()), (b"host", b"testserver")]
+    _, _, set_cookies = take(handed_over(user, session.public_id))
+    headers = [(b"cookie", credential_cookie(set_cookies)), (b"host", host_of(session.public_id))]
     page = proxied(
         f"/s/{session.public_id}/api/me", [*headers, (b"authorization", b"token x")], "http"
     )
