@@ -104,12 +104,13 @@ def job_script() -> str:
 
 def _held_spec(scheduler: type[SchedulerAdapter]) -> JobSpec:
     """The job of a new worker of the held environment, its secret included."""
+    from workers_app.agents.signing import issue_agent_key
     from workers_app.jobs import job_spec
-    from workers_app.models import Environment, new_agent_secret
+    from workers_app.models import Environment
 
     environment = Environment.objects.get(cluster__name=CLUSTER_NAME, name=HELD_ENVIRONMENT)
     worker = _held_worker(environment, "bench-script", scheduler)
-    return job_spec(worker, new_agent_secret()[0])
+    return job_spec(worker, issue_agent_key(worker.public_id))
 
 
 def _held_worker(environment: Environment, name: str, scheduler: type[SchedulerAdapter]) -> Worker:

@@ -24,6 +24,7 @@ import httpx
 
 from bench.report import Goal, Outcome, Table, millis, percentile
 from harness import REPO, HarnessError
+from harness.agents import SignedAgent
 from harness.cluster import SshTarget
 from harness.objects import (
     RUN_ENVIRONMENT,
@@ -58,38 +59,39 @@ class Round:
         return percentile(self.api_latencies, 95)
 
 
-def _agents(count: int, url: str) -> list[tuple[str, str]]:
-    """Connected workers with real secrets, made the way a job's agent gets there."""
+def _agents(count: int, url: str) -> list[SignedAgent]:
+    """Connected workers with real keys, made the way a job's agent gets there."""
     from workers_app import lifecycle
-    from workers_app.models import Cluster, Worker, new_agent_secret
+    from workers_app.agents.signing import issue_agent_key
+    from workers_app.models import Cluster, Worker
     from workers_app.statuses import WorkerStatus
 
     cluster = Cluster.objects.get(name="bench-slurm")
     agents = []
     with httpx.Client(base_url=url, timeout=30) as client:
         for i in range(count):
-            secret, secret_hash = new_agent_secret()
-            worker = Worker.objects.create(
-                name=f"bench-term-hb-{i}",
-                owner=run_user(),
-                cluster=cluster,
-                agent_secret_hash=secret_hash,
-            )
+            worker = Worker(name=f"bench-term-hb-{i}", owner=run_user(), cluster=cluster)
+            key = issue_agent_key(worker.public_id)
+            worker.agent_secret_hash = key.key_hash
+            worker.save()
+            agent = SignedAgent(worker.public_id, key.key_id, key.key)
             if not lifecycle.mark_submitted(worker, job_id=str(FAKE_JOB_IDS + i)):
                 raise HarnessError("could not mark a benchmark worker submitted")
-            answer = client.post(
+            answer = agent.post(
+                client,
                 "/agent/v1/connect",
-                json={
+                {
                     "worker": worker.public_id,
                     "hostname": "bench-node",
                     "job_id": str(FAKE_JOB_IDS + i),
                 },
-                headers={"Authorization": f"Bearer {secret}"},
             )
             worker.refresh_from_db()
             if answer.status_code != 200 or worker.status != WorkerStatus.CONNECTED:
-                raise HarnessError(f"connect answered {answer.status_code}: {answer.text[:200]}")
-            agents.append((worker.public_id, secret))
+                raise HarnessError(
+                    f"connect answered {answer.status_code}: {answer.response.text[:200]}"
+                )
+            agents.append(agent)
     return agents
 
 
@@ -104,7 +106,7 @@ def _paced(rate: float, duration: float, act: Callable[[], None]) -> None:
 
 
 def _measure(
-    platform: Platform, key: str, agents: list[tuple[str, str]], beat_rate: float, duration: float
+    platform: Platform, key: str, agents: list[SignedAgent], beat_rate: float, duration: float
 ) -> tuple[list[float], int, list[float], int]:
     beats: list[float] = []
     api: list[float] = []
@@ -118,14 +120,10 @@ def _measure(
 
             def beat() -> None:
                 nonlocal turn
-                public_id, secret = mine[turn % len(mine)]
+                agent = mine[turn % len(mine)]
                 turn += 1
                 started = time.perf_counter()
-                answer = client.post(
-                    "/agent/v1/heartbeat",
-                    json={"worker": public_id},
-                    headers={"Authorization": f"Bearer {secret}"},
-                )
+                answer = agent.post(client, "/agent/v1/heartbeat")
                 took = time.perf_counter() - started
                 with lock:
                     beats.append(took)

@@ -26,7 +26,7 @@ import httpx
 
 from drills.drill import HEARING, Drill, DrillResult, now
 from harness import HarnessError
-from harness.agents import agent_secret, agent_url
+from harness.agents import SignedAgent, agent_url, signed_agent
 from harness.cluster import SshTarget
 from harness.objects import CLUSTER_NAME, HELD_ENVIRONMENT, RUN_ENVIRONMENT, run_user
 from harness.platform import BIN
@@ -67,17 +67,13 @@ class Timings:
         return text + (f", failed {dict(self.failures)}" if self.failures else "")
 
 
-def _beat_loop(url: str, worker: str, secret: str, stop: threading.Event, out: Timings) -> None:
-    """One beat a second, as the agent sends them, each timed."""
-    with httpx.Client(timeout=10) as client:
+def _beat_loop(url: str, agent: SignedAgent, stop: threading.Event, out: Timings) -> None:
+    """One beat a second, as the agent sends them (signed), each timed."""
+    with httpx.Client(base_url=url, timeout=10) as client:
         while not stop.is_set():
             started = time.monotonic()
             try:
-                answer = client.post(
-                    f"{url}/agent/v1/heartbeat",
-                    json={"worker": worker},
-                    headers={"Authorization": f"Bearer {secret}"},
-                )
+                answer = agent.post(client, "/agent/v1/heartbeat")
                 out.add(
                     time.monotonic() - started,
                     "" if answer.status_code == 200 else str(answer.status_code),
@@ -184,9 +180,9 @@ def run(
             ):
                 raise HarnessError(f"workers did not settle: {drill.statuses(connected + queued)}")
             beat_url = agent_url(connected[0].public_id)
-            secrets = {w.public_id: agent_secret(w.public_id) for w in connected}
-            if not beat_url or not all(secrets.values()):
-                raise HarnessError("could not read the agents' URL and secrets")
+            agents = {w.public_id: signed_agent(w.public_id) for w in connected}
+            if not beat_url or not all(agents.values()):
+                raise HarnessError("could not read the agents' URL and keys")
             # The flood's processes are forked now, while this process has no other thread
             # (a fork amid threads may copy a lock some thread holds), and wait to be let go.
             context = multiprocessing.get_context("fork")
@@ -209,9 +205,9 @@ def run(
                 # A quiet baseline first: a few seconds of beats with nothing else going on.
                 quiet = [
                     threading.Thread(
-                        target=_beat_loop, args=(beat_url, w, s, stop, baseline), daemon=True
+                        target=_beat_loop, args=(beat_url, a, stop, baseline), daemon=True
                     )
-                    for w, s in secrets.items()
+                    for a in agents.values()
                 ]
                 for probe in quiet:
                     probe.start()
@@ -222,9 +218,9 @@ def run(
                 stop.clear()
                 probes = [
                     threading.Thread(
-                        target=_beat_loop, args=(beat_url, w, s, stop, beats), daemon=True
+                        target=_beat_loop, args=(beat_url, a, stop, beats), daemon=True
                     )
-                    for w, s in secrets.items()
+                    for a in agents.values()
                 ]
                 probes.append(
                     threading.Thread(target=_ping_loop, args=(beat_url, stop, pings), daemon=True)

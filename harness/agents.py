@@ -6,10 +6,17 @@ the allocation.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
+
+from workers_app.node import activate_agent
 
 
 def agent_pids(public_id: str) -> list[int]:
@@ -61,9 +68,55 @@ def agent_environ(public_id: str, name: str) -> str:
     return ""
 
 
-def agent_secret(public_id: str) -> str:
-    """The secret the worker's agent beats with."""
-    return agent_environ(public_id, "ACTIVATE_WORKER_SECRET")
+@dataclass(frozen=True)
+class SignedAgent:
+    """Sends agent calls as a job's agent does: each signed with the worker's key."""
+
+    public_id: str
+    key_id: str
+    key: str
+
+    def signed(self, path: str, body: bytes, *, method: str = "POST") -> tuple[str, str]:
+        """An Authorization header for this request, and its nonce."""
+        nonce = activate_agent.new_nonce()
+        header = activate_agent.authorization(
+            self.public_id, self.key_id, self.key, method, path, body, int(time.time()), nonce
+        )
+        return header, nonce
+
+    def post(
+        self, client: httpx.Client, path: str, payload: dict[str, object] | None = None
+    ) -> AgentAnswer:
+        """POST ``path`` (e.g. /agent/v1/heartbeat) signed, and whether its answer is signed."""
+        body = json.dumps(payload if payload is not None else {"worker": self.public_id}).encode()
+        header, nonce = self.signed(path, body)
+        headers = {"Authorization": header, "Content-Type": "application/json"}
+        response = client.post(path, content=body, headers=headers)
+        signed = activate_agent.verified(
+            self.key,
+            response.status_code,
+            nonce,
+            response.content,
+            response.headers.get(activate_agent.SIGNATURE_HEADER, ""),
+        )
+        return AgentAnswer(response, signed)
+
+
+@dataclass(frozen=True)
+class AgentAnswer:
+    response: httpx.Response
+    signed: bool  # carries the platform's valid signature for this request
+
+    @property
+    def status_code(self) -> int:
+        return self.response.status_code
+
+
+def signed_agent(public_id: str) -> SignedAgent | None:
+    """The worker's agent's credentials, read from its environment (None if no agent)."""
+    key_id = agent_environ(public_id, "ACTIVATE_AGENT_KEY_ID")
+    key = agent_environ(public_id, "ACTIVATE_AGENT_KEY")
+    return SignedAgent(public_id, key_id, key) if key_id and key else None
 
 
 def agent_url(public_id: str) -> str:

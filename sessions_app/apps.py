@@ -15,3 +15,6 @@ class SessionsAppConfig(AppConfig):
 
         signals.worker_finished.connect(receivers.end_sessions, dispatch_uid="sessions-end")
         signals.worker_deleted.connect(receivers.delete_sessions, dispatch_uid="sessions-delete")
+        signals.agent_sessions_ended.connect(
+            receivers.end_sessions_whose_launcher_ended, dispatch_uid="sessions-launcher-ended"
+        )

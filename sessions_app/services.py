@@ -247,3 +247,15 @@ def delete_sessions_of_worker(worker_id: int) -> int:
     for session in Session.objects.filter(worker_id=worker_id, status__in=LIVE):
         changed += lifecycle.end_session(session, reason=lifecycle.REASON_WORKER_DELETED)
     return changed
+
+
+def end_sessions_whose_launcher_ended(worker_id: int, public_ids: list[str]) -> int:
+    """The worker's agent saw these sessions' launchers end on its node: those of this worker
+    still running end (another worker's, or a session not running, are left as they are)."""
+    changed = 0
+    running = Session.objects.filter(
+        worker_id=worker_id, public_id__in=public_ids, status=S.RUNNING
+    )
+    for session in running:
+        changed += lifecycle.end_session(session, reason=REASON_PROGRAM_ENDED)
+    return changed

@@ -17,10 +17,11 @@ from django.utils import timezone
 
 from workers_app import lifecycle
 from workers_app.agents.relays import RelayNotReady, agent_url_for
+from workers_app.agents.signing import AgentKey, issue_agent_key
 from workers_app.clusters import note_cluster_contact
 from workers_app.connections import KeyUnusable, adapter_for, adapter_for_worker
 from workers_app.locks import submission_locks
-from workers_app.models import Cluster, ClusterAccount, Worker, job_name_prefix, new_agent_secret
+from workers_app.models import Cluster, ClusterAccount, Worker, job_name_prefix
 from workers_app.node import agent_source
 from workers_app.schedulers.base import (
     JobInfo,
@@ -46,7 +47,7 @@ def retry_delay(attempts: int) -> float:
     return float(min(MAX_BACKOFF, 5 * 2 ** min(attempts, 10)))
 
 
-def job_spec(worker: Worker, secret: str) -> JobSpec:
+def job_spec(worker: Worker, key: AgentKey) -> JobSpec:
     """The job as validated when the worker was requested, whatever its environment is now."""
     command = f"exec python3 - <<'{AGENT_HEREDOC}'\n{agent_source()}\n{AGENT_HEREDOC}"
     return JobSpec(
@@ -57,7 +58,9 @@ def job_spec(worker: Worker, secret: str) -> JobSpec:
             # The agents' server, or the relay on the login host (agents go via the login host).
             "ACTIVATE_URL": agent_url_for(worker.cluster),
             "ACTIVATE_WORKER_ID": worker.public_id,
-            "ACTIVATE_WORKER_SECRET": secret,
+            # The agent signs with the key and never sends it: given once, here, in the job.
+            "ACTIVATE_AGENT_KEY_ID": key.key_id,
+            "ACTIVATE_AGENT_KEY": key.key,
             "ACTIVATE_HEARTBEAT_INTERVAL": f"{settings.ACTIVATE_HEARTBEAT_INTERVAL:g}",
         },
         command=command,
@@ -193,14 +196,15 @@ def _submit_locked(workers: list[Worker]) -> dict[int, str]:
 
 
 def _specs_with_new_secrets(workers: list[Worker]) -> list[JobSpec]:
-    """Each worker's job with a fresh agent secret, whose hash is committed before any submit
+    """Each worker's job with a fresh agent key, whose hash is committed before any submit
     command runs (so a worker with a hash may have a job, and one without never had)."""
-    secrets = []
+    keys = []
     for worker in workers:
-        secret, worker.agent_secret_hash = new_agent_secret()
-        secrets.append(secret)
+        key = issue_agent_key(worker.public_id)
+        worker.agent_secret_hash = key.key_hash
+        keys.append(key)
     Worker.objects.bulk_update(workers, ["agent_secret_hash"])
-    return [job_spec(w, secret) for w, secret in zip(workers, secrets, strict=True)]
+    return [job_spec(w, key) for w, key in zip(workers, keys, strict=True)]
 
 
 def _record_submitted(worker: Worker, job_id: str) -> str:

@@ -8,3 +8,6 @@ from django.dispatch import Signal
 worker_finished = Signal()
 # A user deleted a worker; sent inside the deleting transaction. Argument: worker.
 worker_deleted = Signal()
+# A worker's agent saw programs of sessions on its node end (their launchers are gone).
+# Arguments: worker (the Worker whose agent said so), session_ids (public ids, as the agent sent).
+agent_sessions_ended = Signal()

@@ -95,6 +95,9 @@ ACTIVATE_PENDING_TIMEOUT = env.number("ACTIVATE_PENDING_TIMEOUT", 7200, minimum=
 ACTIVATE_QUEUED_TIMEOUT = env.number("ACTIVATE_QUEUED_TIMEOUT", 604800, minimum=1)
 ACTIVATE_HEARTBEAT_INTERVAL = env.number("ACTIVATE_HEARTBEAT_INTERVAL", 30, minimum=0.1)
 ACTIVATE_HEARTBEAT_TIMEOUT = env.number("ACTIVATE_HEARTBEAT_TIMEOUT", 120, minimum=1)
+# Seconds an agent's signed request may be early or late (its timestamp against this server's
+# clock); each request's nonce is remembered twice that long, so none is accepted twice.
+ACTIVATE_AGENT_SIGNATURE_WINDOW = env.number("ACTIVATE_AGENT_SIGNATURE_WINDOW", 60, minimum=1)
 ACTIVATE_PURGE_AFTER = env.number("ACTIVATE_PURGE_AFTER", 3600, minimum=0)
 ACTIVATE_POLL_INTERVAL = env.number("ACTIVATE_POLL_INTERVAL", 30, minimum=0.1)
 ACTIVATE_SWEEP_INTERVAL = env.number("ACTIVATE_SWEEP_INTERVAL", 10, minimum=0.1)

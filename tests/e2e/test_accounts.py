@@ -101,10 +101,10 @@ def test_each_users_job_runs_as_their_own_account_and_the_cluster_refuses_the_ot
     own = alice_pw(
         "ssh", alice_worker.public_id, "scontrol", "write", "batch_script", alice_job, "-"
     )
-    assert "ACTIVATE_WORKER_SECRET" in own.stdout  # the command works for the job's owner
+    assert "ACTIVATE_AGENT_KEY" in own.stdout  # the command works for the job's owner
     script = as_bob("scontrol", "write", "batch_script", alice_job, "-")
     # Slurm 22.05 exits 0 here, but prints no script and says why.
-    assert "ACTIVATE_WORKER_SECRET" not in script.stdout and "failed" in script.stderr
+    assert "ACTIVATE_AGENT_KEY" not in script.stdout and "failed" in script.stderr
     entered = as_bob("srun", f"--jobid={alice_job}", "--overlap", "--ntasks=1", "id", "-un")
     assert entered.returncode != 0 and alice_remote not in entered.stdout
     cancelled = as_bob("scancel", alice_job)

@@ -1,4 +1,5 @@
-"""The agent's endpoints: only this worker's secret works, only allowlisted fields are read."""
+"""The agent's endpoints: only requests signed with this worker's key work, each once, only
+allowlisted fields are read, and every answer to a signed request is signed back."""
 
 from __future__ import annotations
 
@@ -7,92 +8,149 @@ import json
 import pytest
 from django.test import Client
 
-from tests.factories import WorkerFactory
+from harness.agents import SignedAgent
+from tests.heartbeats.signed import django_post, worker_with_key
 from workers_app import lifecycle
 from workers_app.agents.heartbeats import HeartbeatStore
-from workers_app.models import Worker, WorkerEvent, new_agent_secret
+from workers_app.agents.signing import issue_agent_key
+from workers_app.models import Worker, WorkerEvent
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
-
-
-def queued_worker_with_secret() -> tuple[Worker, str]:
-    worker = WorkerFactory()
-    secret, secret_hash = new_agent_secret()
-    Worker.objects.filter(pk=worker.pk).update(agent_secret_hash=secret_hash)
-    worker.refresh_from_db()
-    lifecycle.mark_submitted(worker, job_id="123")
-    return worker, secret
-
-
-def post(client: Client, path: str, secret: str, body: dict[str, object]) -> tuple[int, dict]:
-    response = client.post(
-        f"/agent/v1/{path}",
-        data=json.dumps(body),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {secret}"},
-    )
-    return response.status_code, response.json()
 
 
 @pytest.mark.django_db
 def test_when_the_agent_connects_then_the_worker_is_connected_with_its_hostname(
     client: Client,
 ) -> None:
-    worker, secret = queued_worker_with_secret()
-    status, body = post(
+    worker, agent = worker_with_key()
+    status, body, signed = django_post(
         client,
+        agent,
         "connect",
-        secret,
         {"worker": worker.public_id, "hostname": "node7", "job_id": "123"},
     )
-    assert status == 200 and body["heartbeat_interval"] > 0
+    assert status == 200 and body["heartbeat_interval"] > 0 and signed  # type: ignore[operator]
     worker.refresh_from_db()
     assert (worker.status, worker.node_hostname) == (S.CONNECTED, "node7")
     assert HeartbeatStore().alive([worker.pk]) == {worker.pk}
 
 
 @pytest.mark.django_db
-def test_a_forged_or_other_workers_secret_gets_403_and_changes_nothing(client: Client) -> None:
-    worker, _secret = queued_worker_with_secret()
-    _other, other_secret = queued_worker_with_secret()
+def test_a_forged_key_or_another_workers_key_gets_an_unsigned_401_and_changes_nothing(
+    client: Client,
+) -> None:
+    worker, agent = worker_with_key()
+    _other, other = worker_with_key()
     events = WorkerEvent.objects.count()
-    for secret in ("forged-secret", other_secret):
+    forgeries = [
+        SignedAgent(worker.public_id, agent.key_id, "0" * 64),
+        SignedAgent(worker.public_id, other.key_id, other.key),
+    ]
+    for forged in forgeries:
         for path in ("connect", "heartbeat"):
-            status, _ = post(client, path, secret, {"worker": worker.public_id, "hostname": "evil"})
-            assert status == 403
+            body = {"worker": worker.public_id, "hostname": "evil"}
+            status, answer, signed = django_post(client, forged, path, body)
+            assert (status, answer, signed) == (401, {"error": "bad signature"}, False)
     worker.refresh_from_db()
-    assert worker.status == S.QUEUED and worker.node_hostname == ""
+    assert worker.status == S.STARTING
     assert WorkerEvent.objects.count() == events
     assert HeartbeatStore().alive([worker.pk]) == set()
 
 
 @pytest.mark.django_db
-def test_a_connected_workers_heartbeat_uses_its_cached_identity_but_still_checks_the_secret(
+def test_a_bearer_secret_is_refused_with_a_clear_401(client: Client) -> None:
+    worker, agent = worker_with_key()
+    response = client.post(
+        "/agent/v1/connect",
+        data=json.dumps({"worker": worker.public_id, "hostname": "node7"}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {agent.key}"},
+    )
+    assert response.status_code == 401
+    assert "bearer" in response.json()["error"] and "ActivateHMAC" in response.json()["error"]
+    worker.refresh_from_db()
+    assert worker.status == S.STARTING
+
+
+@pytest.mark.django_db
+def test_an_older_attempts_key_is_a_signed_403(client: Client) -> None:
+    # Given a job whose submission was attempted again with a new key
+    worker, old = worker_with_key()
+    Worker.objects.filter(pk=worker.pk).update(
+        agent_secret_hash=issue_agent_key(worker.public_id).key_hash
+    )
+    # Then the older job's agent is told, in the platform's name, that its key is refused
+    body = {"worker": worker.public_id, "hostname": "node7"}
+    status, _, signed = django_post(client, old, "connect", body)
+    assert (status, signed) == (403, True)
+    worker.refresh_from_db()
+    assert worker.status == S.STARTING
+
+
+@pytest.mark.django_db
+def test_a_connected_workers_heartbeat_uses_its_cached_identity_but_still_checks_the_key(
     client: Client, django_assert_num_queries
 ) -> None:
-    worker, secret = queued_worker_with_secret()
-    post(client, "connect", secret, {"worker": worker.public_id, "hostname": "n1"})
+    worker, agent = worker_with_key()
+    django_post(client, agent, "connect", {"worker": worker.public_id, "hostname": "node7"})
     store = HeartbeatStore()
     store.forget(worker.pk)
-    assert post(client, "heartbeat", "wrong", {"worker": worker.public_id})[0] == 403
+    forged = SignedAgent(worker.public_id, agent.key_id, "0" * 64)
+    assert django_post(client, forged, "heartbeat", {"worker": worker.public_id})[0] == 401
     assert store.alive([worker.pk]) == set()
     with django_assert_num_queries(1):  # the coarse last-seen time, once a minute
-        assert post(client, "heartbeat", secret, {"worker": worker.public_id})[0] == 200
+        beat = django_post(client, agent, "heartbeat", {"worker": worker.public_id})
+        assert (beat[0], beat[2]) == (200, True)
     assert store.alive([worker.pk]) == {worker.pk}
     assert Worker.objects.get(pk=worker.pk).last_heartbeat_at is not None
     with django_assert_num_queries(0):
-        assert post(client, "heartbeat", secret, {"worker": worker.public_id})[0] == 200
+        assert django_post(client, agent, "heartbeat", {"worker": worker.public_id})[0] == 200
+
+
+@pytest.mark.django_db
+def test_a_signed_request_sent_again_is_refused_unsigned_and_changes_nothing(
+    client: Client,
+) -> None:
+    worker, agent = worker_with_key()
+    django_post(client, agent, "connect", {"worker": worker.public_id, "hostname": "node7"})
+    body = json.dumps({"worker": worker.public_id}).encode()
+    header, _ = agent.signed("/agent/v1/heartbeat", body)
+
+    def send() -> tuple[int, bool]:
+        response = client.post(
+            "/agent/v1/heartbeat",
+            data=body,
+            content_type="application/json",
+            headers={"Authorization": header},
+        )
+        return response.status_code, "X-Activate-Signature" in response
+
+    assert send() == (200, True)
+    HeartbeatStore().forget(worker.pk)
+    assert send() == (401, False)
+    assert HeartbeatStore().alive([worker.pk]) == set()
+
+
+@pytest.mark.django_db
+def test_the_body_must_name_the_worker_that_signed(client: Client) -> None:
+    _, agent = worker_with_key()
+    other, _ = worker_with_key()
+    body = {"worker": other.public_id, "hostname": "node7"}
+    status, _, signed = django_post(client, agent, "connect", body)
+    assert (status, signed) == (400, True)
+    other.refresh_from_db()
+    assert other.status == S.STARTING
 
 
 @pytest.mark.django_db
 def test_fields_outside_the_allowlist_are_ignored(client: Client) -> None:
-    worker, secret = queued_worker_with_secret()
-    status, _ = post(
+    worker, agent = worker_with_key()
+    status, _, _ = django_post(
         client,
+        agent,
         "connect",
-        secret,
-        {"worker": worker.public_id, "hostname": "n1", "status": "stopped", "owner_id": "1"},
+        {"worker": worker.public_id, "hostname": "node7", "status": "stopped", "owner_id": "1"},
     )
     assert status == 200
     worker.refresh_from_db()
@@ -102,32 +160,36 @@ def test_fields_outside_the_allowlist_are_ignored(client: Client) -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize("hostname", ["", "bad host", "a;rm -rf /", "x" * 300])
 def test_a_malformed_hostname_is_refused(client: Client, hostname: str) -> None:
-    worker, secret = queued_worker_with_secret()
-    status, _ = post(client, "connect", secret, {"worker": worker.public_id, "hostname": hostname})
-    assert status == 400
+    worker, agent = worker_with_key()
+    body = {"worker": worker.public_id, "hostname": hostname}
+    assert django_post(client, agent, "connect", body)[0] == 400
     worker.refresh_from_db()
-    assert worker.status == S.QUEUED
+    assert worker.status == S.STARTING
 
 
 @pytest.mark.django_db
-def test_when_the_worker_has_ended_then_the_agent_is_told_to_go(
+def test_when_the_worker_has_ended_then_the_agent_is_told_to_go_in_a_signed_answer(
     client: Client,
     django_capture_on_commit_callbacks,
 ) -> None:
-    worker, secret = queued_worker_with_secret()
-    post(client, "connect", secret, {"worker": worker.public_id, "hostname": "n1"})
+    worker, agent = worker_with_key()
+    django_post(client, agent, "connect", {"worker": worker.public_id, "hostname": "node7"})
     with django_capture_on_commit_callbacks(execute=True):
         lifecycle.request_stop(worker)
-    assert post(client, "heartbeat", secret, {"worker": worker.public_id})[0] == 410
-    assert post(client, "connect", secret, {"worker": worker.public_id, "hostname": "n1"})[0] == 410
+    beat = django_post(client, agent, "heartbeat", {"worker": worker.public_id})
+    assert (beat[0], beat[2]) == (410, True)
+    connect = django_post(
+        client, agent, "connect", {"worker": worker.public_id, "hostname": "node7"}
+    )
+    assert (connect[0], connect[2]) == (410, True)
 
 
 @pytest.mark.django_db
 def test_an_agent_that_calls_before_submission_is_recorded_is_asked_to_retry(
     client: Client,
 ) -> None:
-    worker = WorkerFactory()
-    secret, secret_hash = new_agent_secret()
-    Worker.objects.filter(pk=worker.pk).update(agent_secret_hash=secret_hash)
-    status, _ = post(client, "connect", secret, {"worker": worker.public_id, "hostname": "n1"})
-    assert status == 409
+    worker, agent = worker_with_key(submitted=False)
+    status, _, signed = django_post(
+        client, agent, "connect", {"worker": worker.public_id, "hostname": "node7"}
+    )
+    assert (status, signed) == (409, True)

@@ -48,8 +48,8 @@ def test_the_agents_server_answers_404_on_every_path_but_the_agents(
 def test_the_agents_server_serves_the_agents_endpoints(agent_server: None, client: Client) -> None:
     assert client.get("/agent/v1/ping").json() == {"status": "ok"}
     refused = client.post("/agent/v1/heartbeat", {"worker": "abc"}, content_type="application/json")
-    assert refused.status_code == 403  # reached the view: no secret
-    assert client.post("/agent/v1/connect", {}, content_type="application/json").status_code == 400
+    assert refused.status_code == 401  # reached the view: not signed
+    assert client.post("/agent/v1/connect", {}, content_type="application/json").status_code == 401
 
 
 # -- live: the real web and agents' servers, Celery, Slurm over SSH ----------------------------

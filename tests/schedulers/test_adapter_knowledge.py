@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.schedulers.conftest import FakeRunner, data, ok
-from workers_app.node import agent_source
+from workers_app.node import activate_agent, agent_source
 from workers_app.schedulers import ADAPTERS
 from workers_app.schedulers.base import JobSpec, SchedulerAdapter
 from workers_app.schedulers.host import HostAdapter
@@ -98,15 +98,18 @@ def test_the_wall_time_field_proposes_one_hour_in_the_schedulers_words(kind: str
 
 @pytest.fixture
 def platform() -> Iterator[tuple[str, list[dict[str, str]]]]:
-    """An agents' server that records each connect and ends the worker (410)."""
+    """An agents' server that records each connect and ends the worker (410, signed)."""
     connects: list[dict[str, str]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             connects.append(json.loads(body))
+            nonce = self.headers["Authorization"].split("nonce=")[1].split(",")[0]
+            signature = activate_agent.answer_signature(AGENT_KEY, 410, nonce, b"")
             self.send_response(410)
             self.send_header("Content-Length", "0")
+            self.send_header(activate_agent.SIGNATURE_HEADER, signature)
             self.end_headers()
 
         def log_message(self, format: str, *args: object) -> None:
@@ -120,6 +123,9 @@ def platform() -> Iterator[tuple[str, list[dict[str, str]]]]:
     server.server_close()
 
 
+AGENT_KEY = "s3cret"
+
+
 def agent_job(url: str) -> JobSpec:
     # The agent as the platform's job scripts run it (workers_app.jobs.job_spec).
     return JobSpec(
@@ -129,7 +135,8 @@ def agent_job(url: str) -> JobSpec:
         environment={
             "ACTIVATE_URL": url,
             "ACTIVATE_WORKER_ID": "w1",
-            "ACTIVATE_WORKER_SECRET": "s3cret",
+            "ACTIVATE_AGENT_KEY_ID": "k" * 24,
+            "ACTIVATE_AGENT_KEY": AGENT_KEY,
             "ACTIVATE_HEARTBEAT_INTERVAL": "1",
         },
         command=f"exec python3 - <<'AGENT_EOF'\n{agent_source()}\nAGENT_EOF",

@@ -2,8 +2,9 @@
 
 Heartbeats are nearly all the requests an installation serves. The WSGI stack, not Redis, was
 their ceiling (see docs/benchmarks.md), so a beat is answered here: the same checks as the view
-(allowlisted fields, size cap, the worker's own secret) and the same one Redis round trip
-(BEAT_SCRIPT), with redis.asyncio on the server's event loop. Whatever needs the database (an
+(allowlisted fields, size cap, the request signed with the worker's own key, its nonce new) and
+the same one Redis round trip (BEAT_SCRIPT, which also remembers the nonce), with redis.asyncio
+on the server's event loop; the answer is signed like the view's. Whatever needs the database (an
 agent whose identity is not cached, the once-a-minute "last seen") goes to the services in a
 thread; every other request, and every other path, is Django's.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -23,10 +25,11 @@ from django.urls import reverse
 from redis.exceptions import RedisError
 
 from workers_app.agents import service as agent_service
+from workers_app.agents import signing
 from workers_app.agents.heartbeats import BEAT_SCRIPT, Beat, Beaten, HeartbeatStore, beat_outcome
 from workers_app.agents.service import LAST_SEEN_GRANULARITY, AgentRefused
-from workers_app.agents.views import MAX_BODY, bearer_secret, parse_payload
-from workers_app.models import hash_secret
+from workers_app.agents.signing import SignedCall
+from workers_app.agents.views import MAX_BODY, parse_payload
 
 log = logging.getLogger(__name__)
 # The server's own access log (uvicorn's is off): every request but the successful beats, which
@@ -40,6 +43,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OK = json.dumps({"status": "ok"}).encode()
+SIGNATURE_HEADER = signing.SIGNATURE_HEADER.lower().encode()
 
 
 def _in_database(function: Callable[..., object], *args: object) -> object:
@@ -68,17 +72,15 @@ class AgentServer:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "http" and scope["path"] == self.path and scope["method"] == "POST":
-            status, body = await self._heartbeat(scope, receive)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                    ],
-                }
-            )
+            status, body, call = await self._heartbeat(scope, receive)
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ]
+            if call is not None and status != 401:
+                signature = signing.sign_answer(call, status, body)
+                headers.append((SIGNATURE_HEADER, signature.encode()))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             if status != 200:
                 _log_access(scope, status)
@@ -106,29 +108,38 @@ class AgentServer:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _heartbeat(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+    async def _heartbeat(
+        self, scope: Scope, receive: Receive
+    ) -> tuple[int, bytes, SignedCall | None]:
+        call = None
         try:
             body = await _read_body(receive)
-            public_id = parse_payload(body, {"worker"})["worker"]
-            secret = bearer_secret(_header(scope, b"authorization"))
-            await self._beat(public_id, secret)
+            call = signing.verify_request(
+                _header(scope, b"authorization"), "POST", self.path, body, now=time.time()
+            )
+            if parse_payload(body, {"worker"})["worker"] != call.worker:
+                raise AgentRefused(400, "worker: not the worker that signed the request")
+            await self._beat(call)
         except AgentRefused as exc:
-            return exc.status, json.dumps({"error": exc.message}).encode()
+            return exc.status, json.dumps({"error": exc.message}).encode(), call
         except RedisError as exc:
             log.warning("heartbeat not recorded, Redis did not answer: %s", exc)
-            return 503, json.dumps({"error": "heartbeat store unavailable"}).encode()
-        return 200, OK
+            return 503, json.dumps({"error": "heartbeat store unavailable"}).encode(), call
+        return 200, OK, call
 
-    async def _beat(self, public_id: str, secret: str) -> None:
-        call = self.store.beat_arguments(
-            public_id, hash_secret(secret), seen_window=LAST_SEEN_GRANULARITY
+    async def _beat(self, call: SignedCall) -> None:
+        key_hash = call.key_hash
+        arguments = self.store.beat_arguments(
+            call.worker, key_hash, seen_window=LAST_SEEN_GRANULARITY, nonce=signing.nonce_of(call)
         )
-        beat = beat_outcome(await self.script(keys=call.keys, args=call.args))
+        beat = beat_outcome(await self.script(keys=arguments.keys, args=arguments.args))
+        if beat is Beat.REPLAYED:
+            raise signing.Unauthenticated("replayed request")
         if beat is Beat.UNKNOWN:
             # Not cached (first beat after a connect, a Redis reset): the service asks the
-            # database, refuses or caches, and beats.
+            # database, refuses or caches, and beats (the nonce is remembered already).
             await sync_to_async(_in_database, thread_sensitive=False)(
-                agent_service.record_heartbeat, public_id, secret
+                agent_service.record_heartbeat, call.worker, key_hash
             )
             return
         if not isinstance(beat, Beaten):

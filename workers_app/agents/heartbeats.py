@@ -29,10 +29,12 @@ DEAF_KEY = "activate:hb-deaf"
 BREAKER_PREFIX = "activate:hb-breaker:"
 CONFIRM_PREFIX = "activate:hb-confirm:"
 
-# A beat in one round trip: find the cached identity, check the secret's hash, refresh the
-# liveness key and the coarse "seen" marker. Lua's string compare is not constant-time; that
-# leaks at most a prefix of a hash, which does not help anyone find a secret that hashes to it.
+# A beat in one round trip: remember the signed request's nonce (a replay stops there), find
+# the cached identity, check the key's hash, refresh the liveness key and the coarse "seen"
+# marker. Lua's string compare is not constant-time; that leaks at most a prefix of a hash, which
+# does not help anyone find a key that hashes to it.
 BEAT_SCRIPT = """
+if #KEYS > 1 and not redis.call('SET', KEYS[2], 1, 'NX', 'EX', ARGV[6]) then return -2 end
 local cached = redis.call('GET', KEYS[1])
 if not cached then return 0 end
 local sep = string.find(cached, ':', 1, true)
@@ -54,6 +56,7 @@ def _beat_script(client: redis.Redis) -> Script:
 class Beat(enum.Enum):
     UNKNOWN = "unknown"  # no cached identity: the caller asks the database
     FORBIDDEN = "forbidden"
+    REPLAYED = "replayed"  # the request's nonce was seen before: nothing was done
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,15 @@ class AgentIdentity:
     """What a heartbeat needs to know about a worker, cached so a beat never reads the DB."""
 
     worker_id: int
-    secret_hash: str
+    key_hash: str
+
+
+@dataclass(frozen=True)
+class Nonce:
+    """A signed request's nonce as Redis remembers it: its key, and for how many seconds."""
+
+    key: str
+    ttl: int
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,8 @@ def beat_outcome(answer: object) -> Beaten | Beat:
     """What BEAT_SCRIPT's answer means."""
     if answer == 0:
         return Beat.UNKNOWN
+    if answer == -2:
+        return Beat.REPLAYED
     if not isinstance(answer, list) or len(answer) != 2:
         return Beat.FORBIDDEN
     worker_id, first = answer
@@ -121,22 +134,29 @@ class HeartbeatStore:
     def remember_agent(self, public_id: str, identity: AgentIdentity) -> None:
         self.redis.set(
             f"{AGENT_PREFIX}{public_id}",
-            f"{identity.worker_id}:{identity.secret_hash}",
+            f"{identity.worker_id}:{identity.key_hash}",
             px=self.ttl_ms * 10,
         )
 
-    def beat_agent(self, public_id: str, secret_hash: str, *, seen_window: int) -> Beaten | Beat:
-        """Beat for a cached agent identity whose secret hashes to ``secret_hash``."""
-        call = self.beat_arguments(public_id, secret_hash, seen_window=seen_window)
+    def beat_agent(
+        self, public_id: str, key_hash: str, *, seen_window: int, nonce: Nonce | None = None
+    ) -> Beaten | Beat:
+        """Beat for a cached agent identity whose key hashes to ``key_hash``; with ``nonce``,
+        only if that nonce is new (it is then remembered)."""
+        call = self.beat_arguments(public_id, key_hash, seen_window=seen_window, nonce=nonce)
         answer = _beat_script(self.redis)(keys=call.keys, args=call.args)
         return beat_outcome(answer)
 
-    def beat_arguments(self, public_id: str, secret_hash: str, *, seen_window: int) -> BeatCall:
+    def beat_arguments(
+        self, public_id: str, key_hash: str, *, seen_window: int, nonce: Nonce | None = None
+    ) -> BeatCall:
         """What BEAT_SCRIPT is called with, for a client of another kind (redis.asyncio)."""
-        return BeatCall(
-            keys=[f"{AGENT_PREFIX}{public_id}"],
-            args=[secret_hash, PREFIX, self.ttl_ms, SEEN_PREFIX, seen_window],
-        )
+        keys = [f"{AGENT_PREFIX}{public_id}"]
+        args: list[str | int] = [key_hash, PREFIX, self.ttl_ms, SEEN_PREFIX, seen_window]
+        if nonce is not None:
+            keys.append(nonce.key)
+            args.append(nonce.ttl)
+        return BeatCall(keys=keys, args=args)
 
     # -- what the sweep knows about the platform's own hearing -------------------------------
 

@@ -13,8 +13,8 @@ from workers_app.agents import views as agent_views
 class AgentHeartbeatFastPath:
     """Serve heartbeats before sessions, auth, CSRF and messages run.
 
-    Heartbeats are nearly all the requests a large installation serves, the agent authenticates
-    with its own secret, and none of those layers has anything to do for it; skipping them
+    Heartbeats are nearly all the requests a large installation serves, the agent signs every
+    request with its own key, and none of those layers has anything to do for it; skipping them
     takes about a third off a beat's server time.
     """
 

@@ -7,9 +7,9 @@ import hmac
 from django.conf import settings
 from django.utils import timezone
 
-from workers_app import lifecycle
-from workers_app.agents.heartbeats import AgentIdentity, Beat, Beaten, HeartbeatStore
-from workers_app.models import Worker, hash_secret
+from workers_app import lifecycle, signals
+from workers_app.agents.heartbeats import AgentIdentity, Beat, Beaten, HeartbeatStore, Nonce
+from workers_app.models import Worker
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
@@ -24,17 +24,17 @@ class AgentRefused(Exception):
         self.message = message
 
 
-def _authenticate(worker: Worker | None, secret: str) -> Worker:
-    # Same answer for "no such worker" and "wrong secret": ids cannot be probed.
+def _authenticate(worker: Worker | None, key_hash: str) -> Worker:
+    # Same answer for "no such worker" and "an older attempt's key": ids cannot be probed.
     if worker is None or not worker.agent_secret_hash:
         raise AgentRefused(403, "forbidden")
-    if not hmac.compare_digest(worker.agent_secret_hash, hash_secret(secret)):
+    if not hmac.compare_digest(worker.agent_secret_hash, key_hash):
         raise AgentRefused(403, "forbidden")
     return worker
 
 
-def connect_agent(public_id: str, secret: str, *, hostname: str, job_id: str) -> float:
-    worker = _authenticate(Worker.objects.filter(public_id=public_id).first(), secret)
+def connect_agent(public_id: str, key_hash: str, *, hostname: str, job_id: str) -> float:
+    worker = _authenticate(Worker.objects.filter(public_id=public_id).first(), key_hash)
     store = HeartbeatStore()
     # The key exists before the status says connected, so no sweep can see one without the other.
     store.beat(worker.pk)
@@ -49,18 +49,21 @@ def connect_agent(public_id: str, secret: str, *, hostname: str, job_id: str) ->
     return settings.ACTIVATE_HEARTBEAT_INTERVAL
 
 
-def record_heartbeat(public_id: str, secret: str) -> None:
+def record_heartbeat(public_id: str, key_hash: str, *, nonce: Nonce | None = None) -> None:
+    """A beat from the agent whose key hashes to ``key_hash``. With ``nonce`` the beat is done
+    only if the nonce is new; without, the caller has already remembered it."""
     store = HeartbeatStore()
-    secret_hash = hash_secret(secret)
-    beat = store.beat_agent(public_id, secret_hash, seen_window=LAST_SEEN_GRANULARITY)
+    beat = store.beat_agent(public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY, nonce=nonce)
+    if beat is Beat.REPLAYED:
+        raise AgentRefused(401, "replayed request")
     if beat is Beat.UNKNOWN:
-        worker = _authenticate(Worker.objects.filter(public_id=public_id).first(), secret)
+        worker = _authenticate(Worker.objects.filter(public_id=public_id).first(), key_hash)
         if worker.status in (S.QUEUED, S.STARTING):
             raise AgentRefused(409, "connect first")
         if worker.status != S.CONNECTED:
             raise AgentRefused(410, f"worker is {worker.status}")
         store.remember_agent(public_id, AgentIdentity(worker.pk, worker.agent_secret_hash))
-        beat = store.beat_agent(public_id, secret_hash, seen_window=LAST_SEEN_GRANULARITY)
+        beat = store.beat_agent(public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY)
     if not isinstance(beat, Beaten):
         raise AgentRefused(403, "forbidden")
     if beat.first_in_window:
@@ -70,3 +73,11 @@ def record_heartbeat(public_id: str, secret: str) -> None:
 def note_seen(worker_id: int) -> None:
     """The coarse "last seen" the database keeps (a beat's first in LAST_SEEN_GRANULARITY)."""
     Worker.objects.filter(pk=worker_id).update(last_heartbeat_at=timezone.now())
+
+
+def report_sessions_ended(public_id: str, key_hash: str, session_ids: list[str]) -> None:
+    """The agent saw these sessions' launchers end on its node: whoever follows sessions ends
+    those of this worker that are still running (another worker's ids are not its to end)."""
+    worker = _authenticate(Worker.objects.filter(public_id=public_id).first(), key_hash)
+    if session_ids:
+        signals.agent_sessions_ended.send(sender=Worker, worker=worker, session_ids=session_ids)
