@@ -1,9 +1,11 @@
-"""Plain HTTP requests under /s/<id>/, forwarded to the session's program one channel each."""
+"""Plain HTTP requests under /s/<id>/, forwarded to the session's program one channel each.
+
+Bodies stream both ways as they come (nothing holds a whole body on the event loop), within the
+user's share of the proxy (limits) and what may cross (headers)."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 from urllib.parse import quote
 
@@ -12,6 +14,8 @@ from django.conf import settings
 from django.shortcuts import resolve_url
 
 from activate.websocket_auth import Scope
+from sessions_app.proxy import headers as headers_for
+from sessions_app.proxy import limits
 from sessions_app.proxy.target import (
     PATH,
     Target,
@@ -23,22 +27,6 @@ from sessions_app.proxy.target import (
 from sessions_app.services import REASON_PROGRAM_ENDED
 from sessions_app.statuses import SessionStatus
 from workers_app.transport.errors import SSHError
-
-HOP_BY_HOP = {
-    b"connection",
-    b"keep-alive",
-    b"proxy-authenticate",
-    b"proxy-authorization",
-    b"te",
-    b"trailer",
-    b"transfer-encoding",
-    b"upgrade",
-    b"host",
-    b"content-length",
-}
-# Never sent to a node: the platform's credentials.
-STRIPPED = {b"authorization", b"cookie"}
-MAX_BODY = 64 * 1024 * 1024
 
 
 class SessionHttpProxy:
@@ -55,6 +43,17 @@ class SessionHttpProxy:
             login = f"{resolve_url(settings.LOGIN_URL)}?next={quote(scope['path'])}"
             await _plain(send, 302, "Log in first.", [(b"location", login.encode())])
             return
+        if not limits.requests.take(user.pk):
+            await _plain(send, 429, limits.TOO_MANY, [(b"retry-after", b"1")])
+            return
+        try:
+            await self._serve(scope, receive, send, user, public_id, rest)
+        finally:
+            limits.requests.give_back(user.pk)
+
+    async def _serve(
+        self, scope: Scope, receive: Any, send: Any, user: Any, public_id: str, rest: str
+    ) -> None:
         target = await find_target(user, public_id)
         if target is None:
             await _plain(send, 404, "Not found.")
@@ -81,8 +80,8 @@ class SessionHttpProxy:
             message = f"This session is {session.status}. {session.status_reason}".strip()
             await _plain(send, 503, message, [(b"retry-after", b"2")])
             return
-        body = await _read_body(receive)
-        if body is None:
+        length = _declared_length(scope)
+        if length is not None and length > settings.ACTIVATE_PROXY_MAX_BODY:
             await _plain(send, 413, "The request body is too large.")
             return
         try:
@@ -94,7 +93,7 @@ class SessionHttpProxy:
                 await _plain(send, 503, f"This session has ended. {REASON_PROGRAM_ENDED}.")
             return
         try:
-            await _forward(scope, target, rest, body, reader, writer, send)
+            await _forward(scope, target, rest, receive, reader, writer, send)
         finally:
             writer.close()
 
@@ -115,24 +114,42 @@ async def _page(send: Any, page: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _read_body(receive: Any) -> bytes | None:
-    body = b""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return body
-        body += message.get("body", b"")
-        if len(body) > MAX_BODY:
-            return None
-        if not message.get("more_body"):
-            return body
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _upload(
+    receive: Any, client: h11.Connection, writer: asyncio.StreamWriter, limit: int
+) -> None:
+    """The browser's body to the program chunk by chunk as it arrives, never held whole."""
+    sent = 0
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ConnectionAbortedError("the browser went away")
+            chunk = message.get("body", b"")
+            sent += len(chunk)
+            if sent > limit:
+                raise _BodyTooLarge
+            if chunk:
+                writer.write(client.send(h11.Data(data=chunk)))
+                await writer.drain()
+            if not message.get("more_body"):
+                break
+        writer.write(client.send(h11.EndOfMessage()))
+        await writer.drain()
+    except (_BodyTooLarge, ConnectionAbortedError):
+        # Abandoned: the program sees the request cut short, the response side the end.
+        writer.close()
+        raise
 
 
 async def _forward(
     scope: Scope,
     target: Target,
     rest: str,
-    body: bytes,
+    receive: Any,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     send: Any,
@@ -140,48 +157,79 @@ async def _forward(
     query = scope["query_string"].decode("latin-1")
     path = target.path_on_node(rest) + ("?" + query if query else "")
     host, port = target.address
+    browser = scope.get("headers", [])
     headers: list[tuple[bytes, bytes]] = [(b"host", _browser_host(scope, host, port))]
-    raw_cookies = []
-    for name, value in scope.get("headers", []):
-        lower = name.lower()
-        if lower == b"cookie":
-            raw_cookies.append(value)
-        elif lower not in HOP_BY_HOP and lower not in STRIPPED:
-            headers.append((name, value))
+    headers += headers_for.to_program(browser)
+    raw_cookies = [value for name, value in browser if name.lower() == b"cookie"]
     cookies = cookie_header(raw_cookies, target.login.cookies)
     if cookies:
         headers.append((b"cookie", cookies.encode("latin-1")))
     headers += target.login.headers
-    headers += [(b"connection", b"close"), (b"content-length", str(len(body)).encode())]
+    headers.append((b"connection", b"close"))
+    length = _declared_length(scope)
+    if length is None:
+        headers.append((b"transfer-encoding", b"chunked"))
+    else:
+        headers.append((b"content-length", str(length).encode()))
     client = h11.Connection(h11.CLIENT)
     writer.write(client.send(h11.Request(method=scope["method"], target=path, headers=headers)))
-    if body:
-        writer.write(client.send(h11.Data(data=body)))
-    writer.write(client.send(h11.EndOfMessage()))
-    await writer.drain()
-    started = False
-    while True:
-        event = client.next_event()
-        if event is h11.NEED_DATA:
-            client.receive_data(await reader.read(65536))
-            continue
-        if isinstance(event, h11.Response):
-            started = True
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": event.status_code,
-                    "headers": _response_headers(target, event.headers),
-                }
-            )
-        elif isinstance(event, h11.Data):
-            await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
-        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)) or event is h11.PAUSED:
-            break
-    if not started:
-        await _plain(send, 502, "The session's program closed the connection.")
+    upload = asyncio.create_task(_upload(receive, client, writer, settings.ACTIVATE_PROXY_MAX_BODY))
+    try:
+        started = await _relay_response(target, client, reader, send)
+    finally:
+        upload.cancel()
+        await asyncio.gather(upload, return_exceptions=True)
+    if started:
         return
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    if upload.done() and not upload.cancelled() and isinstance(upload.exception(), _BodyTooLarge):
+        await _plain(send, 413, "The request body is too large.")
+    else:
+        await _plain(send, 502, "The session's program closed the connection.")
+
+
+async def _relay_response(
+    target: Target, client: h11.Connection, reader: asyncio.StreamReader, send: Any
+) -> bool:
+    """The program's response to the browser as it comes; whether it had begun."""
+    started = False
+    prefix = target.session.url_path
+    try:
+        while True:
+            event = client.next_event()
+            if event is h11.NEED_DATA:
+                client.receive_data(await reader.read(65536))
+                continue
+            if isinstance(event, h11.Response):
+                started = True
+                kept = headers_for.to_browser(
+                    event.headers, prefix, keeps_prefix=target.kind.keeps_prefix
+                )
+                await send(
+                    {"type": "http.response.start", "status": event.status_code, "headers": kept}
+                )
+            elif isinstance(event, h11.Data):
+                body = {"type": "http.response.body", "body": bytes(event.data), "more_body": True}
+                await send(body)
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                break
+            elif event is h11.PAUSED:
+                break
+    except (h11.RemoteProtocolError, ConnectionError, OSError):
+        pass
+    if started:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return started
+
+
+def _declared_length(scope: Scope) -> int | None:
+    """The body's length as the browser declared it (0 without one), None if chunked."""
+    for name, value in scope.get("headers", []):
+        lower = name.lower()
+        if lower == b"transfer-encoding":
+            return None
+        if lower == b"content-length":
+            return int(value)
+    return 0
 
 
 def _browser_host(scope: Scope, host: str, port: int) -> bytes:
@@ -191,24 +239,6 @@ def _browser_host(scope: Scope, host: str, port: int) -> bytes:
         if name.lower() == b"host":
             return bytes(value)
     return f"{host}:{port}".encode()
-
-
-def _response_headers(target: Target, headers: Any) -> list[tuple[bytes, bytes]]:
-    kept: list[tuple[bytes, bytes]] = []
-    # A program that serves under /s/<id>/ itself says its own paths; others' are put under it.
-    prefix = b"" if target.kind.keeps_prefix else target.session.url_path.encode()
-    for name, value in headers:
-        lower = bytes(name).lower()
-        if lower in HOP_BY_HOP - {b"content-length"}:
-            continue
-        value = bytes(value)
-        if prefix and lower == b"location" and value.startswith(b"/"):
-            if not value.startswith(b"//"):
-                value = prefix + value[1:]
-        if prefix and lower == b"set-cookie":
-            value = re.sub(rb"(?i)path=/[^;]*", b"Path=" + prefix.rstrip(b"/"), value)
-        kept.append((lower, value))
-    return kept
 
 
 async def _plain(

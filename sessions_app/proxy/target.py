@@ -8,15 +8,14 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 
 from sessions_app import kinds
 from sessions_app.kinds.base import ProxyLogin, SessionKind
 from sessions_app.models import Session
+from sessions_app.proxy.headers import request_cookies
 from sessions_app.services import check_program, find_session
 from sessions_app.statuses import SessionStatus
 from workers_app.connections import open_tunnel
@@ -48,22 +47,9 @@ class Target:
         return self.session.node_host, self.session.node_port
 
 
-def _platform_cookies() -> set[str]:
-    return {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
-
-
 def cookie_header(raw: list[bytes], login: Mapping[str, str]) -> str:
     """The browser's cookies minus the platform's own, plus the program's login cookies."""
-    jar: SimpleCookie = SimpleCookie()
-    for value in raw:
-        try:
-            jar.load(value.decode("latin-1"))
-        except Exception:  # noqa: S112 - a malformed cookie is dropped, as browsers do
-            continue
-    dropped = _platform_cookies() | set(login)
-    kept = [f"{k}={m.value}" for k, m in jar.items() if k not in dropped]
-    kept += [f"{name}={value}" for name, value in login.items()]
-    return "; ".join(kept)
+    return request_cookies(raw, login)
 
 
 # It asks the node over SSH: off the thread the server's database calls share.

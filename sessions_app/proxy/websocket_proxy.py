@@ -4,24 +4,41 @@ ways until either side closes."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from websockets.client import ClientProtocol
 from websockets.datastructures import Headers
+from websockets.exceptions import PayloadTooBig
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
+from sessions_app.proxy import limits
 from sessions_app.proxy.target import cookie_header, find_target, open_pipe, program_check
 from sessions_app.statuses import SessionStatus
 from workers_app.transport.errors import SSHError
 
 SESSION_NOT_FOUND = 4404
 SESSION_UNAVAILABLE = 4503
+TOO_MANY_SOCKETS = 4429
+MESSAGE_TOO_BIG = 1009
 
 
 class SessionWebSocketProxy(AsyncWebsocketConsumer):
     """WebSockets under /s/<id>/: a handshake with the program, then frames both ways."""
+
+    slot: int | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # However the socket ends, its slot in the user's share is given back once.
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.slot is not None:
+                limits.websockets.give_back(self.slot)
+                self.slot = None
 
     async def connect(self) -> None:
         self.writer: asyncio.StreamWriter | None = None
@@ -29,6 +46,11 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         self.protocol: ClientProtocol | None = None
         user = self.scope.get("user")
         public_id = self.scope["url_route"]["kwargs"]["public_id"]
+        if user is not None and user.is_authenticated:
+            if not limits.websockets.take(user.pk):
+                await self.refuse(TOO_MANY_SOCKETS, limits.TOO_MANY)
+                return
+            self.slot = user.pk
         target = await find_target(user, public_id)
         if target is None or self.scope.get("origin_refused"):
             # Someone else's session (or none): refused before the cluster is asked. Accepted
@@ -51,7 +73,9 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         host, port = target.address
         uri = parse_uri(f"ws://{host}:{port}{rest}" + (f"?{query}" if query else ""))
         subprotocols = list(self.scope.get("subprotocols") or [])
-        protocol = ClientProtocol(uri, subprotocols=subprotocols or None, max_size=None)
+        protocol = ClientProtocol(
+            uri, subprotocols=subprotocols or None, max_size=settings.ACTIVATE_PROXY_MAX_MESSAGE
+        )
         self.protocol = protocol
         request = protocol.connect()
         headers = Headers()
@@ -81,9 +105,9 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         await self.accept(subprotocol=response.headers.get("Sec-WebSocket-Protocol"))
         self.pump_task = asyncio.create_task(self._pump(reader))
 
-    async def refuse(self, code: int) -> None:
+    async def refuse(self, code: int, reason: str | None = None) -> None:
         await self.accept()
-        await self.close(code=code)
+        await self.close(code=code, reason=reason)
 
     async def _flush(self) -> None:
         assert self.protocol is not None and self.writer is not None
@@ -140,6 +164,10 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
                         else:
                             await self.send(bytes_data=message)
                 await self._flush()
+                if isinstance(self.protocol.parser_exc, PayloadTooBig):
+                    # The program was told so by the protocol (1009); the browser is too.
+                    await self.close(code=MESSAGE_TOO_BIG)
+                    return
                 data = await reader.read(65536)
                 if not data:
                     self.protocol.receive_eof()
@@ -151,6 +179,10 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
             await self.close()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        data = bytes_data if bytes_data is not None else (text_data or "").encode()
+        if len(data) > settings.ACTIVATE_PROXY_MAX_MESSAGE:
+            await self.close(code=MESSAGE_TOO_BIG)
+            return
         if self.protocol is None or self.writer is None:
             return
         if bytes_data is not None:
