@@ -2,7 +2,9 @@
 
 Migrates, makes sure an operator account exists, then runs the web server, the agents' server,
 a Celery worker, Celery beat and the relays' keeper (run_relays) through scripts/start.sh.
-Ctrl-C (or any one process dying) stops all of it.
+Ctrl-C (or any one process dying) stops all of it. Safe by default: DEBUG stays off unless
+ACTIVATE_DEBUG says otherwise, and an unset ACTIVATE_SECRET_KEY is made once at random and kept
+in data/secret-key.txt (mode 0600; the settings make it, so manage.py commands share it).
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from activate.env import KEY_FILE_NAME, ConfigurationError, EnvReader, private_directory
+
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO / "data"
+DATA = REPO / EnvReader().string("ACTIVATE_DATA_DIR", "data")
 PASSWORD_FILE = DATA / "admin-password.txt"
 
 
 def ensure_operator() -> str:
-    DATA.mkdir(exist_ok=True)
+    private_directory(DATA)
     if not PASSWORD_FILE.exists():
         PASSWORD_FILE.write_text(secrets.token_urlsafe(12) + "\n")
         PASSWORD_FILE.chmod(0o600)
@@ -49,7 +53,23 @@ def agents_environment(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def safety_summary(env: EnvReader) -> str:
+    """What a look at the start-up lines should tell: debug pages, and whose key."""
+    debug = "on (ACTIVATE_DEBUG)" if env.boolean("ACTIVATE_DEBUG", False) else "off"
+    key = (
+        "ACTIVATE_SECRET_KEY from the environment"
+        if env.optional_string("ACTIVATE_SECRET_KEY")
+        else f"{DATA / KEY_FILE_NAME} (made once for this installation, mode 0600)"
+    )
+    return f"  DEBUG: {debug}   secret key: {key}\n"
+
+
 def main() -> int:
+    try:
+        summary = safety_summary(EnvReader())
+    except ConfigurationError as exc:
+        print(f"Configuration error: {exc}", file=sys.stderr)
+        return 2
     subprocess.run(["bash", "scripts/services.sh", "redis"], cwd=REPO, check=True)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO, check=True)
     password = ensure_operator()
@@ -64,6 +84,7 @@ def main() -> int:
         f"  operator login: {url}/admin/  user: admin  password: {password}\n"
         f"  health: {url}/health/   API docs: {url}/api/docs/\n"
         f"  agents call back on {env['ACTIVATE_AGENT_URL']}/agent/v1/\n"
+        f"{summary}"
         "  Ctrl-C stops everything.\n",
         flush=True,
     )

@@ -8,23 +8,32 @@ from urllib.parse import urlsplit
 
 import dj_database_url
 
-from activate.env import ConfigurationError, EnvReader, require_less_than
+from activate.env import (
+    KEY_FILE_NAME,
+    ConfigurationError,
+    EnvReader,
+    private_directory,
+    require_less_than,
+    stored_secret,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
-DATA_DIR = BASE_DIR / "data"
 
 env = EnvReader()
 
-SECRET_KEY = env.string(
-    "ACTIVATE_SECRET_KEY", "insecure-development-key-change-me-0123456789abcdef"
-)
+# What `make run` keeps: the SQLite database, the secret key, passwords, static files.
+DATA_DIR = BASE_DIR / env.string("ACTIVATE_DATA_DIR", "data")
+# Signs sessions and derives the key that encrypts stored SSH private keys. Unset, it is made
+# once at random and kept in data/ (production refuses to start without it set).
+SECRET_KEY_FILE = DATA_DIR / KEY_FILE_NAME
+SECRET_KEY = env.optional_string("ACTIVATE_SECRET_KEY") or stored_secret(SECRET_KEY_FILE)
 DEBUG = env.boolean("ACTIVATE_DEBUG", False)
 ALLOWED_HOSTS = env.csv_list("ACTIVATE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.csv_list("ACTIVATE_CSRF_TRUSTED_ORIGINS", [])
 
 DATABASE_URL = env.optional_string("DATABASE_URL")
 if DATABASE_URL is None:
-    DATA_DIR.mkdir(exist_ok=True)
+    private_directory(DATA_DIR)
     DATABASE_URL = f"sqlite:///{DATA_DIR / 'activate.sqlite3'}"
 try:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}

@@ -2,15 +2,23 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from activate.env import ConfigurationError, EnvReader, is_published_secret
+
+# Before the base settings load: unset, they would make a key of their own in data/.
+if EnvReader().optional_string("ACTIVATE_SECRET_KEY") is None:
+    raise ConfigurationError("ACTIVATE_SECRET_KEY must be set in production")
+
 from .base import *  # noqa: F403
-from .base import ACTIVATE_AGENT_URL, SECRET_KEY, ConfigurationError, env
+from .base import ACTIVATE_AGENT_URL, SECRET_KEY, env
 
 # Long enough that it cannot be guessed: it signs sessions and derives the key that encrypts
 # stored SSH keys.
 MIN_SECRET_KEY_LENGTH = 50
 
-if SECRET_KEY.startswith("insecure-"):
-    raise ConfigurationError("ACTIVATE_SECRET_KEY must be set in production")
+if is_published_secret(SECRET_KEY):
+    raise ConfigurationError(
+        "ACTIVATE_SECRET_KEY is a published key: set a secret of your own in production"
+    )
 if len(SECRET_KEY) < MIN_SECRET_KEY_LENGTH:
     raise ConfigurationError(
         f"ACTIVATE_SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters, "

@@ -13,9 +13,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_check(**env: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(autouse=True)
+def _data_dir_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The development settings keep a secret key in their data directory: not the checkout's."""
+    monkeypatch.setenv("ACTIVATE_DATA_DIR", str(tmp_path / "data"))
+
+
+def settings_environment(**env: str) -> dict[str, str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ACTIVATE_")}
+    environ["ACTIVATE_DATA_DIR"] = os.environ["ACTIVATE_DATA_DIR"]
     environ.update(env)
+    return environ
+
+
+def run_check(**env: str) -> subprocess.CompletedProcess[str]:
+    environ = settings_environment(**env)
     return subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=REPO,
@@ -71,8 +83,7 @@ STRONG_KEY = "k" * 50
 
 def production_settings(**env: str) -> dict[str, object]:
     """The production settings module as a process with ``env`` would load them."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("ACTIVATE_")}
-    environ.update(env, DJANGO_SETTINGS_MODULE="activate.settings.prod")
+    environ = settings_environment(**env, DJANGO_SETTINGS_MODULE="activate.settings.prod")
     script = (
         "import json, django\n"
         "from django.conf import settings\n"
