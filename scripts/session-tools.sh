@@ -3,7 +3,7 @@
 # JupyterLab.
 #   scripts/session-tools.sh     installs what is missing (needs root or sudo); idempotent
 #
-# Desktop: Debian's TigerVNC, noVNC, websockify and xterm. VS Code: code-server, pinned, built
+# Desktop: Debian's TigerVNC, xauth, noVNC's files and xterm. VS Code: code-server, pinned, built
 # once into $CODE_SERVER_CACHE (outside the repository, kept between CI runs on one machine)
 # and put on PATH as /usr/local/bin/code-server. Its npm post-install steps download binaries
 # and need build headers, so they are skipped and done here by hand with Debian's pieces.
@@ -19,7 +19,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 
-packages=(tigervnc-standalone-server tigervnc-tools novnc websockify xterm libkrb5-dev ripgrep
+packages=(tigervnc-standalone-server xauth novnc xterm libkrb5-dev ripgrep
     build-essential python3 python3-venv)
 # Node.js 20 from another source may already be there (with its npm): then it is used.
 command -v node >/dev/null || packages+=(nodejs)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import h11
 
-from sessions_app import kinds
+from sessions_app import gate, kinds
 from sessions_app.models import Session
 from workers_app.connections import adapter_for_worker, connection_for, open_tunnel
 from workers_app.models import Worker
@@ -101,7 +101,7 @@ def launch(session: Session) -> Launched:
     deadline = time.monotonic() + 30
     while True:
         try:
-            login = kind.log_in(partial(_request, worker, host, port), session)
+            login = kind.log_in(partial(_request, worker, host, port, session.secret()), session)
             break
         except (SSHError, OSError, h11.ProtocolError) as exc:
             if time.monotonic() > deadline:
@@ -161,6 +161,7 @@ def _request(
     worker: Worker,
     host: str,
     port: int,
+    secret: str,
     method: str,
     target: str,
     body: bytes,
@@ -168,6 +169,7 @@ def _request(
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     connection, channel = open_tunnel(worker, host, port)
     try:
+        gate.open_blocking(channel, secret, "http")
         headers = [("Host", f"{host}:{port}"), ("Connection", "close"), *extra]
         if body:
             headers.append(("Content-Length", str(len(body))))

@@ -61,6 +61,9 @@ class SessionKind:
     keeps_prefix: ClassVar[bool] = False
     # Where the browser lands, under /s/<id>/ ("": the program's own root).
     landing_path: ClassVar[str] = ""
+    # WebSocket paths (under /s/<id>/) whose messages are a byte stream to one of the
+    # program's sockets on the node (the route its starter asked for), not a WebSocket there.
+    raw_routes: ClassVar[dict[str, str]] = {}
 
     @cached_property
     def starter(self) -> str:

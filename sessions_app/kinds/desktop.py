@@ -1,7 +1,9 @@
 """A remote desktop: TigerVNC's X server with a terminal in it, shown in the browser by noVNC.
 
-The platform serves a page of its own at the session's root: noVNC in a frame, its VNC password
-(at most 8 characters, the protocol's limit) and WebSocket path filled in."""
+The platform serves a page of its own at the session's root: noVNC in a frame, its WebSocket
+path filled in. The VNC server has no password of its own: it listens only on a socket in the
+owner's private folder on the node, reached through the session launcher's gate, and the proxy
+carries noVNC's WebSocket to it as a byte stream. Nothing secret is in the frame's URL."""
 
 from __future__ import annotations
 
@@ -20,13 +22,13 @@ class Desktop(SessionKind):
     name = "desktop"
     label = "Remote desktop"
     description = "A Linux desktop (TigerVNC, with a terminal) on the node, shown by noVNC."
-    secret_length = 8
+    raw_routes = {"websockify": "vnc"}
     tools = (
         NodeTool(
             option="--novnc",
             setting="ACTIVATE_NOVNC_DIR",
             default="/usr/share/novnc",
-            what="noVNC's files (vnc.html); TigerVNC and websockify on PATH",
+            what="noVNC's files (vnc.html); TigerVNC and xauth on PATH",
         ),
     )
 
@@ -45,7 +47,6 @@ class Desktop(SessionKind):
                 "reconnect_delay": "1000",
                 "resize": "remote",
                 "path": base.lstrip("/") + "websockify",
-                "password": session.secret(),
             }
         )
         return render_to_string(

@@ -3,14 +3,21 @@
 Standard-library Python 3.6+, sent by the platform on stdin: the password's line, this
 launcher's source, a NUL, then the source of the session kind's starter
 (``sessions_app/node/starters/<kind>.py``):
-    python3 -c BOOTSTRAP KIND [--OPTION VALUE ...]
-(the password is never in argv, which other users may read). It picks a free port, has the
-starter start the kind's program there (the options say where the program is on the node),
-and once the port answers prints one line of JSON: {"ready": true, "host", "port", "pid"}; on
-failure {"error": "..."}. It stays in the foreground, and when any of the session's essential
-programs ends, or it gets SIGTERM or SIGHUP, it ends them all.
+    python3 -c BOOTSTRAP KIND --activate-session ID [--OPTION VALUE ...]
+(the password is never in argv, which other users may read). The starter has the kind's
+program listen on Unix sockets in a private (0700) folder of the owner's, so no other user of
+the node can reach it. The one TCP port is this launcher's gate: a connection gets through to
+a program's socket only after a mutual challenge keyed by the password (each side proves it
+holds the key without sending it, and the proof is bound to both sides' fresh nonces), so a
+neighbour who connects gets nothing, and a neighbour who takes the port once this launcher is
+gone learns nothing the platform would send. Once the programs answer it prints one line of
+JSON: {"ready": true, "host", "port", "pid"}; on failure {"error": "..."}. It stays in the
+foreground, and when any of the session's essential programs ends, or it gets SIGTERM or
+SIGHUP, it ends them all.
 """
 
+import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -19,10 +26,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import IO, Any, Dict, List, NoReturn, Optional
 
 READY_WITHIN = 120
+GATE_GREETING = b"ACTIVATE-GATE 1 "
+GATE_LINE_MAX = 512
+GATE_HANDSHAKE_WITHIN = 10.0
+GATE_MAX_UNPROVEN = 32
+CHUNK = 65536
 
 
 def say(**message: Any) -> None:
@@ -30,18 +43,26 @@ def say(**message: Any) -> None:
     sys.stdout.flush()
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
-def answers(port: int) -> bool:
+def answers(path: str) -> bool:
+    """Whether a program listens on the Unix socket ``path``."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1)
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
+        probe.connect(path)
+        return True
     except OSError:
         return False
+    finally:
+        probe.close()
+
+
+def gate_key(secret: str) -> bytes:
+    return hmac.new(secret.encode(), b"activate-gate", hashlib.sha256).digest()
+
+
+def gate_proof(key: bytes, side: str, gate_nonce: str, client_nonce: str, route: str) -> str:
+    message = "\n".join((side, gate_nonce, client_nonce, route)).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 def find(*names: str) -> Optional[str]:
@@ -65,10 +86,17 @@ class Launcher:
         # The programs the session is: when one of them ends, the session's program has ended.
         # (A terminal or window manager closed in the desktop is not: the desktop stays.)
         self.essential = []  # type: List[subprocess.Popen]
+        self.routes = {}  # type: Dict[str, str]
 
-    free_port = staticmethod(free_port)
     answers = staticmethod(answers)
     find = staticmethod(find)
+
+    def route(self, name: str) -> str:
+        """A Unix socket in the private folder where a program listens; the gate passes
+        proven connections for ``name`` to it."""
+        path = os.path.join(self.workdir, name + ".sock")
+        self.routes[name] = path
+        return path
 
     def fail(self, message: str) -> NoReturn:
         say(error=message)
@@ -108,7 +136,7 @@ class Launcher:
             if child in group:
                 group.remove(child)
 
-    def wait_for(self, port: int, what: str) -> None:
+    def wait_for(self, path: str, what: str) -> None:
         deadline = time.time() + READY_WITHIN
         while time.time() < deadline:
             for child in self.essential:
@@ -116,10 +144,10 @@ class Launcher:
                     self.fail(
                         "%s exited with status %s before it answered" % (what, child.returncode)
                     )
-            if answers(port):
+            if answers(path):
                 return
             time.sleep(0.2)
-        self.fail("%s did not answer on port %d within %d s" % (what, port, READY_WITHIN))
+        self.fail("%s did not answer on %s within %d s" % (what, path, READY_WITHIN))
 
     def running(self) -> bool:
         return all(child.poll() is None for child in self.essential)
@@ -139,6 +167,92 @@ class Launcher:
                     os.killpg(child.pid, signal.SIGKILL)
                 except OSError:
                     pass
+
+
+def pump(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while True:
+            data = source.recv(CHUNK)
+            if not data:
+                break
+            target.sendall(data)
+    except OSError:
+        pass
+    try:
+        target.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+class Gate:
+    """The session's one TCP port. Each connection: the gate sends a fresh nonce, the client
+    answers with the route it wants, its own nonce and its proof; the gate answers with its
+    proof, then joins the connection to the route's Unix socket. A wrong proof closes it."""
+
+    def __init__(self, key: bytes, routes: Dict[str, str], log: IO[bytes]) -> None:
+        self.key = key
+        self.routes = routes
+        self.log = log
+        # Bound here and held: the port is never free between choosing it and using it.
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("0.0.0.0", 0))
+        self.listener.listen(128)
+        self.port = int(self.listener.getsockname()[1])
+        self.unproven = threading.BoundedSemaphore(GATE_MAX_UNPROVEN)
+
+    def serve(self) -> None:
+        threading.Thread(target=self._accept, name="gate", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.unproven.acquire(blocking=False):
+                connection.close()  # a flood of unproven connections waits for nobody
+                continue
+            threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
+
+    def _handle(self, connection: socket.socket) -> None:
+        try:
+            program = self._prove(connection)
+        finally:
+            self.unproven.release()
+        if program is None:
+            connection.close()
+            return
+        threading.Thread(target=pump, args=(program, connection), daemon=True).start()
+        pump(connection, program)
+
+    def _prove(self, connection: socket.socket) -> Optional[socket.socket]:
+        connection.settimeout(GATE_HANDSHAKE_WITHIN)
+        try:
+            nonce = os.urandom(16).hex()
+            connection.sendall(GATE_GREETING + nonce.encode() + b"\n")
+            line = b""
+            while not line.endswith(b"\n"):
+                data = connection.recv(GATE_LINE_MAX - len(line))
+                if not data or len(line) + len(data) >= GATE_LINE_MAX:
+                    return None
+                line += data
+            parts = line.decode("ascii", "replace").split()
+            if len(parts) != 3 or parts[0] not in self.routes or len(parts[1]) != 32:
+                return None
+            route, client_nonce, proof = parts
+            expected = gate_proof(self.key, "client", nonce, client_nonce, route)
+            if not hmac.compare_digest(proof, expected):
+                self.log.write(b"gate: a connection without the session's key was closed\n")
+                self.log.flush()
+                return None
+            program = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            program.connect(self.routes[route])
+            answer = gate_proof(self.key, "gate", nonce, client_nonce, route)
+            connection.sendall(b"OK " + answer.encode() + b"\n")
+            connection.settimeout(None)
+            return program
+        except (OSError, ValueError):
+            return None
 
 
 def load_starter(kind: str, source: str) -> Any:
@@ -169,10 +283,12 @@ def main() -> None:
             launcher.fail("no password came on stdin")
         if not source:
             launcher.fail("no starter came for session type %r" % kind)
-        port = free_port("0.0.0.0")
-        load_starter(kind, source)(launcher, secret, port, options)
-        launcher.wait_for(port, kind)
-        say(ready=True, host=socket.gethostname(), port=port, pid=os.getpid())
+        load_starter(kind, source)(launcher, secret, options)
+        for path in launcher.routes.values():
+            launcher.wait_for(path, kind)
+        gate = Gate(gate_key(secret), launcher.routes, launcher.log)
+        gate.serve()
+        say(ready=True, host=socket.gethostname(), port=gate.port, pid=os.getpid())
         while launcher.running():
             time.sleep(1)
     finally:

@@ -12,7 +12,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from sessions_app import kinds
+from sessions_app import gate, kinds
 from sessions_app.kinds.base import ProxyLogin, SessionKind
 from sessions_app.models import Session
 from sessions_app.proxy.headers import request_cookies
@@ -71,9 +71,19 @@ def find_target(user: Any, public_id: str) -> Target | None:
     return Target(session=session, kind=kind, login=login)
 
 
-async def open_pipe(target: Target) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def open_pipe(
+    target: Target, route: str = "http"
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A stream to the program behind the session launcher's gate (``route``: which of its
+    sockets); raises GateRefused, an SSHError, when what answers is not the launcher."""
     host, port = target.address
     log.info("session %s: tunnel to %s:%s", target.session.public_id, host, port)
     worker = target.session.worker
     connection, channel = await asyncio.to_thread(open_tunnel, worker, host, port)
-    return await ChannelPipe(channel, connection.tunnel_closed).open()
+    reader, writer = await ChannelPipe(channel, connection.tunnel_closed).open()
+    try:
+        await gate.open_async(reader, writer, target.session.secret(), route)
+    except BaseException:
+        writer.close()
+        raise
+    return reader, writer

@@ -16,6 +16,7 @@ from websockets.http11 import Response
 from websockets.uri import parse_uri
 
 from sessions_app.proxy import limits
+from sessions_app.proxy.raw_bridge import RawBridge
 from sessions_app.proxy.target import cookie_header, find_target, open_pipe, program_check
 from sessions_app.statuses import SessionStatus
 from workers_app.transport.errors import SSHError
@@ -44,6 +45,7 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         self.writer: asyncio.StreamWriter | None = None
         self.pump_task: asyncio.Task[None] | None = None
         self.protocol: ClientProtocol | None = None
+        self.raw: RawBridge | None = None
         user = self.scope.get("user")
         public_id = self.scope["url_route"]["kwargs"]["public_id"]
         if user is not None and user.is_authenticated:
@@ -61,7 +63,11 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         if session.status != SessionStatus.RUNNING:
             await self.refuse(SESSION_UNAVAILABLE)
             return
+        route = target.kind.raw_routes.get(self.scope["url_route"]["kwargs"].get("rest", ""))
         try:
+            if route is not None:
+                self.raw = await RawBridge.open(self, target, route)
+                return
             reader, writer = await open_pipe(target)
         except SSHError:
             await program_check(session.pk)
@@ -183,6 +189,9 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         if len(data) > settings.ACTIVATE_PROXY_MAX_MESSAGE:
             await self.close(code=MESSAGE_TOO_BIG)
             return
+        if self.raw is not None:
+            await self.raw.from_browser(bytes_data or (text_data or "").encode())
+            return
         if self.protocol is None or self.writer is None:
             return
         if bytes_data is not None:
@@ -195,6 +204,8 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
             await self.close()
 
     async def disconnect(self, code: int) -> None:
+        if self.raw is not None:
+            self.raw.close()
         if self.pump_task is not None:
             self.pump_task.cancel()
         if self.writer is not None:

@@ -7,17 +7,18 @@ import ast
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
-import urllib.request
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
-from sessions_app import kinds
+from sessions_app import gate, kinds
 from sessions_app.kinds.base import STARTERS
 from sessions_app.launch import BOOTSTRAP, LAUNCHER
 from tests.sessions.test_session_rules import api, connected_worker
@@ -60,29 +61,33 @@ def test_every_kind_has_a_node_starter_with_a_start_function() -> None:
         assert [a.arg for a in functions["start"].args.args] == [
             "launcher",
             "secret",
-            "port",
             "options",
         ], kind.name
         assert 0 < kind.secret_length <= 32
 
 
-# A starter as small as one can be: a web server in its own process, told where to serve from.
+# A starter as small as one can be: a web server in its own process on the route's Unix socket.
 ECHO_STARTER = textwrap.dedent(
     """
     import sys
 
-    def start(launcher, secret, port, options):
+    SERVE = (
+        "import http.server, socketserver, sys, functools\\n"
+        "class H(http.server.SimpleHTTPRequestHandler):\\n"
+        "    def address_string(self): return 'gate'\\n"
+        "socketserver.UnixStreamServer(sys.argv[1], functools.partial(H, directory=sys.argv[2]))"
+        ".serve_forever()"
+    )
+
+    def start(launcher, secret, options):
         with open(launcher.workdir + "/index.html", "w") as page:
             page.write(options["--greeting"] + " " + secret)
-        launcher.start([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
-                        "--directory", launcher.workdir, str(port)])
-        launcher.wait_for(port, "http.server")
+        launcher.start([sys.executable, "-c", SERVE, launcher.route("http"), launcher.workdir])
     """
 )
 
 
-def test_the_launcher_runs_a_starter_sent_after_it_and_ends_its_program_on_sigterm() -> None:
-    # Given: the launcher started as the platform starts it (password, launcher, NUL, starter).
+def launched(secret: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     launcher = subprocess.Popen(
         [sys.executable, "-c", BOOTSTRAP, "echo", "--greeting", "hello"],
         stdin=subprocess.PIPE,
@@ -90,24 +95,90 @@ def test_the_launcher_runs_a_starter_sent_after_it_and_ends_its_program_on_sigte
         text=True,
     )
     assert launcher.stdin is not None and launcher.stdout is not None
-    launcher.stdin.write("s3cret\n" + LAUNCHER + "\0" + ECHO_STARTER)
+    launcher.stdin.write(secret + "\n" + LAUNCHER + "\0" + ECHO_STARTER)
     launcher.stdin.close()
+    return launcher, json.loads(launcher.stdout.readline())
+
+
+def through_gate(port: int, secret: str, route: str = "http") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        gate.open_blocking(connection, secret, route)  # type: ignore[arg-type]
+        connection.sendall(b"GET /index.html HTTP/1.0\r\n\r\n")
+        return b"".join(iter(lambda: connection.recv(65536), b""))
+
+
+def test_the_launcher_runs_a_starter_sent_after_it_and_ends_its_program_on_sigterm() -> None:
+    # Given: the launcher started as the platform starts it (password, launcher, NUL, starter).
+    launcher, report = launched("s3cret")
     try:
-        # When: it reports ready. Then: the starter's program answers on the reported port.
-        report = json.loads(launcher.stdout.readline())
+        # When: it reports ready. Then: the starter's program answers behind the gate.
         assert report["ready"] is True and report["pid"] == launcher.pid
-        url = f"http://127.0.0.1:{report['port']}/index.html"
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            assert answer.read().decode() == "hello s3cret"
+        assert through_gate(report["port"], "s3cret").endswith(b"hello s3cret")
         # And: SIGTERM to the launcher ends the program with it.
         os.kill(launcher.pid, signal.SIGTERM)
         assert launcher.wait(timeout=15) == 0
         time.sleep(0.2)
         with pytest.raises(OSError):
-            urllib.request.urlopen(url, timeout=2)
+            through_gate(report["port"], "s3cret")
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+def test_the_gate_passes_nothing_without_the_sessions_key_and_nothing_it_says_is_reusable() -> None:
+    launcher, report = launched("s3cret")
+    try:
+        port = report["port"]
+        # A client with another key is refused: the gate closes before any byte of the program.
+        with pytest.raises(gate.GateRefused):
+            through_gate(port, "guess")
+        # A client that only speaks HTTP gets the greeting (a fresh nonce) and nothing else.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+            plain.sendall(b"GET /index.html HTTP/1.0\r\n\r\n")
+            heard = b"".join(iter(lambda: plain.recv(65536), b""))
+        assert heard.startswith(b"ACTIVATE-GATE 1 ") and b"hello" not in heard
+        # A proof the platform sent once (captured by whoever sat on the port) opens nothing:
+        # the gate's next nonce is another.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as first:
+            handshake = gate.Handshake("s3cret", "http")
+            captured = handshake.reply(first.recv(100))
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as replay:
+            replay.recv(100)
+            replay.sendall(captured)
+            assert replay.recv(100) == b""
+        # An unknown route is refused like a wrong key.
+        with pytest.raises(gate.GateRefused):
+            through_gate(port, "s3cret", route="vnc")
+        assert through_gate(port, "s3cret").endswith(b"hello s3cret")
+    finally:
+        launcher.kill()
+
+
+def test_the_platform_sends_nothing_past_the_handshake_to_what_is_not_the_gate() -> None:
+    # Given: a neighbour listening where the session's launcher was, speaking its greeting.
+    listener = socket.create_server(("127.0.0.1", 0))
+    heard: list[bytes] = []
+
+    def neighbour() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.sendall(b"ACTIVATE-GATE 1 " + b"0" * 32 + b"\n")
+            connection.settimeout(3)
+            heard.append(connection.recv(1000))
+            connection.sendall(b"OK " + b"f" * 64 + b"\n")
+            try:
+                while data := connection.recv(1000):
+                    heard.append(data)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=neighbour)
+    thread.start()
+    # When: the platform opens the session there. Then: refused, and no request was sent.
+    with pytest.raises(gate.GateRefused):
+        through_gate(listener.getsockname()[1], "s3cret")
+    thread.join(10)
+    assert len(heard) == 1 and heard[0].startswith(b"http ") and b"s3cret" not in heard[0]
 
 
 def test_a_launch_without_a_starter_says_so_in_its_report() -> None:

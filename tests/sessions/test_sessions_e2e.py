@@ -148,8 +148,8 @@ def novnc(page: Any) -> Any:
 
 
 def desktop_connected(page: Any) -> bool:
-    # noVNC draws the remote screen into a canvas once the VNC handshake (with the password the
-    # platform put in the page's address) has succeeded.
+    # noVNC draws the remote screen into a canvas once the VNC handshake (carried by the proxy
+    # through the launcher's gate to the X server's private socket) has succeeded.
     frame = novnc(page)
     return frame is not None and bool(
         frame.evaluate(

@@ -1,6 +1,6 @@
-"""JupyterLab: Jupyter Server on the session's port under the session's base URL, its token
-(the session's password) in its environment, opened on the owner's home folder
-(options: --jupyter-lab PATH, --base-url /s/<id>/)."""
+"""JupyterLab: Jupyter Server on a Unix socket in the session's private folder, under the
+session's base URL, its token (the session's password) in its environment, opened on the
+owner's home folder (options: --jupyter-lab PATH, --base-url /s/<id>/)."""
 
 import os
 from typing import TYPE_CHECKING, Dict
@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from ..activate_session import Launcher  # the launcher these run in, on the node too
 
 
-def start(launcher: "Launcher", secret: str, port: int, options: Dict[str, str]) -> None:
+def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
     jupyter_lab = options.get("--jupyter-lab", "jupyter-lab")
     program = launcher.find(jupyter_lab)
     if not program:
@@ -21,9 +21,8 @@ def start(launcher: "Launcher", secret: str, port: int, options: Dict[str, str])
         [
             program,
             "--no-browser",
-            "--ServerApp.ip=0.0.0.0",
-            "--ServerApp.port=%d" % port,
-            "--ServerApp.port_retries=0",
+            "--ServerApp.sock=%s" % launcher.route("http"),
+            "--ServerApp.sock_mode=0600",
             "--ServerApp.base_url=%s" % options.get("--base-url", "/"),
             "--ServerApp.root_dir=%s" % home,
             # The browser's Host is the platform's address, not this node's.
@@ -36,4 +35,3 @@ def start(launcher: "Launcher", secret: str, port: int, options: Dict[str, str])
         env=env,
         cwd=home,
     )
-    launcher.wait_for(port, "JupyterLab")

@@ -1,5 +1,5 @@
-"""VS Code in the browser: code-server with password login on the session's port
-(options: --code-server PATH)."""
+"""VS Code in the browser: code-server with password login, on a Unix socket in the session's
+private folder (options: --code-server PATH)."""
 
 import hashlib
 import os
@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from ..activate_session import Launcher  # the launcher these run in, on the node too
 
 
-def start(launcher: "Launcher", secret: str, port: int, options: Dict[str, str]) -> None:
+def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
     code_server = options.get("--code-server", "code-server")
     program = launcher.find(code_server)
     if not program:
@@ -19,11 +19,14 @@ def start(launcher: "Launcher", secret: str, port: int, options: Dict[str, str])
     # compare; given in plain text, it runs argon2 on every request (about 50 ms each).
     env = dict(os.environ, HASHED_PASSWORD=hashlib.sha256(secret.encode()).hexdigest())
     env.pop("PASSWORD", None)
+    socket = launcher.route("http")
     launcher.start(
         [
             program,
-            "--bind-addr",
-            "0.0.0.0:%d" % port,
+            "--socket",
+            socket,
+            "--socket-mode",
+            "600",
             "--auth",
             "password",
             "--disable-telemetry",
@@ -37,4 +40,3 @@ def start(launcher: "Launcher", secret: str, port: int, options: Dict[str, str])
         ],
         env=env,
     )
-    launcher.wait_for(port, "code-server")
