@@ -1,9 +1,12 @@
 """Heartbeats: beats per second and latency of the agents' server, with `wrk`, side by side.
 
-N connected workers with real per-worker secrets (created, marked submitted, connected through
+N connected workers with real per-worker keys (created, marked submitted, connected through
 /agent/v1/connect) are beaten by `wrk` (Debian's package, C, closed loop: a fixed number of
 connections each sending the next agent's beat as soon as the last is answered), against three
-servers of the same shape, one after the other, in one run:
+servers of the same shape, one after the other, in one run. Beats are signed (a nonce each, a
+timestamp within the server's window): wrk's Lua has no HMAC, so before each wrk run this
+process signs enough distinct beats for it, as the agents would, into a file wrk reads
+(bench/wrk_beats.lua); a run that used them all up would replay some, so it is refused.
 - ours: `scripts/start.sh agents` (uvicorn, the lean ASGI heartbeat path, production settings);
 - a bare Django view doing one Redis SET, gunicorn with the shape the agents' server had
   (the usual Python way, and the goal's yardstick);
@@ -31,6 +34,7 @@ import httpx
 
 from bench.report import Goal, Outcome, Table, millis, rate, times
 from harness import REPO, HarnessError
+from harness.agents import SignedAgent
 from harness.cluster import SshTarget
 from harness.objects import CLUSTER_NAME, forget_workers, run_user, start_afresh
 from harness.platform import BIN, NO_RECONCILE, PRODUCTION_KNOBS, START, Platform, free_port
@@ -41,6 +45,9 @@ FAKE_JOB_IDS = 8_000_000
 WRK_SCRIPT = Path(__file__).with_name("wrk_beats.lua")
 GOAL_RATE = 5000
 GOAL_OVER_DJANGO = 2.5
+# Signed beats prepared per second of a wrk run: twice the rate the agents' server reached.
+SUPPLY_RATE = 20_000
+BEAT_PATH = "/agent/v1/heartbeat"
 OURS = "ours: scripts/start.sh agents (uvicorn, lean ASGI heartbeat)"
 BARE_DJANGO = "bare Django view + one Redis SET (gunicorn)"
 BARE_ASGI = "plain ASGI callable + one Redis SET, no checks (uvicorn)"
@@ -69,32 +76,49 @@ class Round:
         return self.socket_errors + self.non_2xx
 
 
-def _connected_agents(count: int, url: str) -> list[tuple[str, str]]:
-    """Workers moved to connected the way a real job's agent gets there."""
+def _connected_agents(count: int, url: str, secret_key: str) -> list[SignedAgent]:
+    """Workers moved to connected the way a real job's agent gets there (their keys derived
+    with the agents' server's secret key)."""
     from workers_app import lifecycle
-    from workers_app.models import Cluster, Worker, new_agent_secret
+    from workers_app.agents.signing import issue_agent_key
+    from workers_app.models import Cluster, Worker
 
     cluster = Cluster.objects.get(name=CLUSTER_NAME)
     owner = run_user()
     agents = []
     with httpx.Client(base_url=url, timeout=30) as client:
         for i in range(count):
-            secret, secret_hash = new_agent_secret()
-            worker = Worker.objects.create(
-                name=f"bench-hb-{i}", owner=owner, cluster=cluster, agent_secret_hash=secret_hash
-            )
+            worker = Worker(name=f"bench-hb-{i}", owner=owner, cluster=cluster)
+            key = issue_agent_key(worker.public_id, secret_key=secret_key)
+            worker.agent_secret_hash = key.key_hash
+            worker.save()
+            agent = SignedAgent(worker.public_id, key.key_id, key.key)
             job_id = str(FAKE_JOB_IDS + i)
             if not lifecycle.mark_submitted(worker, job_id=job_id):
                 raise HarnessError("could not mark a benchmark worker submitted")
-            answer = client.post(
+            answer = agent.post(
+                client,
                 "/agent/v1/connect",
-                json={"worker": worker.public_id, "hostname": "bench-node", "job_id": job_id},
-                headers={"Authorization": f"Bearer {secret}"},
+                {"worker": worker.public_id, "hostname": "bench-node", "job_id": job_id},
             )
-            if answer.status_code != 200:
-                raise HarnessError(f"connect answered {answer.status_code}: {answer.text[:200]}")
-            agents.append((worker.public_id, secret))
+            if answer.status_code != 200 or not answer.signed:
+                raise HarnessError(
+                    f"connect answered {answer.status_code}: {answer.response.text[:200]}"
+                )
+            agents.append(agent)
     return agents
+
+
+def _sign_beats(agents: list[SignedAgent], path: Path, count: int) -> None:
+    """``count`` distinct signed beats, the agents' in turn, one a line: worker, Authorization."""
+    lines = []
+    for i in range(count):
+        agent = agents[i % len(agents)]
+        # Byte for byte the body wrk_beats.lua sends.
+        body = f'{{"worker": "{agent.public_id}"}}'.encode()
+        header, _ = agent.signed(BEAT_PATH, body)
+        lines.append(f"{agent.public_id}\t{header}\n")
+    path.write_text("".join(lines))
 
 
 def _group_cpu(pid: int) -> float:
@@ -136,17 +160,33 @@ def wrk_binary() -> str:
 
 
 def _wrk(
-    wrk: str, url: str, agents_file: Path, *, connections: int, threads: int, duration: float
+    wrk: str,
+    url: str,
+    agents: list[SignedAgent],
+    workdir: Path,
+    *,
+    connections: int,
+    threads: int,
+    duration: float,
 ) -> dict[str, int]:
+    beats = workdir / "beats.txt"
+    supply = int(SUPPLY_RATE * duration)
+    _sign_beats(agents, beats, supply)
     argv = [wrk, f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--timeout", "5s"]
-    argv += ["-s", str(WRK_SCRIPT), url, "--", str(agents_file)]
+    argv += ["-s", str(WRK_SCRIPT), url, "--", str(beats), str(threads)]
     result = subprocess.run(
         argv, capture_output=True, text=True, timeout=duration + 60, check=False
     )
+    beats.unlink()
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if result.returncode != 0 or not lines:
         raise HarnessError(f"wrk failed: {result.stderr.strip()[:300]} {result.stdout[-300:]}")
     answer: dict[str, int] = json.loads(lines[-1])
+    if answer["requests"] > supply:
+        raise HarnessError(
+            f"wrk sent {answer['requests']} beats, more than the {supply} signed ones prepared: "
+            "raise SUPPLY_RATE"
+        )
     return answer
 
 
@@ -155,7 +195,8 @@ def _measure(
     server: str,
     leader: int,
     url: str,
-    agents_file: Path,
+    agents: list[SignedAgent],
+    workdir: Path,
     *,
     connections: int,
     threads: int,
@@ -163,10 +204,10 @@ def _measure(
     round_number: int,
 ) -> Round:
     # A short warm-up first: connections, caches, uvicorn's and gunicorn's workers all busy.
-    _wrk(wrk, url, agents_file, connections=connections, threads=threads, duration=2)
+    _wrk(wrk, url, agents, workdir, connections=connections, threads=threads, duration=2)
     cpu_before = _group_cpu(leader)
     answer = _wrk(
-        wrk, url, agents_file, connections=connections, threads=threads, duration=duration
+        wrk, url, agents, workdir, connections=connections, threads=threads, duration=duration
     )
     server_cpu = _group_cpu(leader) - cpu_before
     measured = Round(
@@ -195,49 +236,62 @@ class Breakdown:
     round_trip: float  # one Redis command (PING) through redis-py
     service: float  # record_heartbeat: Redis only
     service_with_db: float  # record_heartbeat that also writes last_heartbeat_at
+    signatures: float  # checking a beat's signature and signing its answer
     django: float  # the whole Django app called as WSGI, in-process (no HTTP)
 
 
-def _breakdown(public_id: str, secret: str, repeat: int) -> Breakdown:
+def _breakdown(agent: SignedAgent, secret_key: str, repeat: int) -> Breakdown:
     from django.core.handlers.wsgi import WSGIHandler
+    from django.test import override_settings
 
+    from workers_app.agents import signing
     from workers_app.agents.heartbeats import SEEN_PREFIX, redis_client
     from workers_app.agents.service import record_heartbeat
-    from workers_app.models import Worker
+    from workers_app.models import Worker, hash_secret
 
-    worker_id = Worker.objects.get(public_id=public_id).pk
+    worker_id = Worker.objects.get(public_id=agent.public_id).pk
+    key_hash = hash_secret(agent.key)
     client = redis_client()
     started = time.perf_counter()
     for _ in range(repeat):
         client.ping()
     round_trip = (time.perf_counter() - started) / repeat
 
-    record_heartbeat(public_id, secret)
+    record_heartbeat(agent.public_id, key_hash)
     started = time.perf_counter()
     for _ in range(repeat):
-        record_heartbeat(public_id, secret)
+        record_heartbeat(agent.public_id, key_hash)
     service = (time.perf_counter() - started) / repeat
 
     started = time.perf_counter()
     for _ in range(repeat // 4):
         client.delete(f"{SEEN_PREFIX}{worker_id}")
-        record_heartbeat(public_id, secret)
+        record_heartbeat(agent.public_id, key_hash)
     with_db = (time.perf_counter() - started) / (repeat // 4)
 
-    handler = WSGIHandler()
-    body = json.dumps({"worker": public_id}).encode()
+    body = json.dumps({"worker": agent.public_id}).encode()
+    headers = [agent.signed(BEAT_PATH, body)[0] for _ in range(repeat)]
+    with override_settings(SECRET_KEY=secret_key):
+        started = time.perf_counter()
+        for header in headers:
+            call = signing.verify_request(header, "POST", BEAT_PATH, body, now=time.time())
+            signing.sign_answer(call, 200, b'{"status": "ok"}')
+        signatures = (time.perf_counter() - started) / repeat
 
-    def environ() -> dict[str, object]:
+    handler = WSGIHandler()
+    headers = [agent.signed(BEAT_PATH, body)[0] for _ in range(repeat)]
+
+    def environ(header: str) -> dict[str, object]:
         return {
             "REQUEST_METHOD": "POST",
-            "PATH_INFO": "/agent/v1/heartbeat",
+            "PATH_INFO": BEAT_PATH,
             "SERVER_NAME": "127.0.0.1",
             "SERVER_PORT": "8000",
             "SERVER_PROTOCOL": "HTTP/1.1",
             "HTTP_HOST": "127.0.0.1",
             "CONTENT_TYPE": "application/json",
             "CONTENT_LENGTH": str(len(body)),
-            "HTTP_AUTHORIZATION": f"Bearer {secret}",
+            "HTTP_AUTHORIZATION": header,
             "wsgi.input": io.BytesIO(body),
             "wsgi.url_scheme": "http",
             "wsgi.errors": sys.stderr,
@@ -249,24 +303,25 @@ def _breakdown(public_id: str, secret: str, repeat: int) -> Breakdown:
         statuses.append(status)
         return None
 
-    started = time.perf_counter()
-    for _ in range(repeat):
-        response = handler(environ(), start_response)
-        b"".join(response)
-        response.close()
-    django = (time.perf_counter() - started) / repeat
+    with override_settings(SECRET_KEY=secret_key):
+        started = time.perf_counter()
+        for header in headers:
+            response = handler(environ(header), start_response)
+            b"".join(response)
+            response.close()
+        django = (time.perf_counter() - started) / repeat
     if any(not s.startswith("200") for s in statuses):
         raise HarnessError(f"in-process heartbeat failed: {statuses[-1]}")
-    return Breakdown(round_trip, service, with_db, django)
+    return Breakdown(round_trip, service, with_db, signatures, django)
 
 
-def _start_ours(platform: Platform, workers: int) -> subprocess.Popen[bytes]:
+def _start_ours(platform: Platform, workers: int, secret_key: str) -> subprocess.Popen[bytes]:
     """The agents' server as `scripts/start.sh agents` runs it, with production settings."""
     environ = platform.env()
     environ.update(
         {
             "DJANGO_SETTINGS_MODULE": "activate.settings.prod",
-            "ACTIVATE_SECRET_KEY": secrets.token_urlsafe(40),
+            "ACTIVATE_SECRET_KEY": secret_key,
             "ACTIVATE_AGENT_WORKERS": str(workers),
             "ACTIVATE_AGENT_PLAIN_HTTP": "true",
         }
@@ -322,10 +377,9 @@ def run(
     bare: list[subprocess.Popen[bytes]] = []
     measured: list[Round] = []
     try:
-        ours = _start_ours(platform, server_workers)
-        agents = _connected_agents(agent_count, platform.agent_url)
-        agents_file = workdir / "agents.txt"
-        agents_file.write_text("".join(f"{public_id} {secret}\n" for public_id, secret in agents))
+        secret_key = secrets.token_urlsafe(40)
+        ours = _start_ours(platform, server_workers, secret_key)
+        agents = _connected_agents(agent_count, platform.agent_url, secret_key)
         django_url = f"http://127.0.0.1:{free_port()}"
         django_argv = [str(BIN / "gunicorn"), "bench.bare_django:application", "--bind"]
         django_argv += [django_url.removeprefix("http://"), "--workers", str(server_workers)]
@@ -350,14 +404,15 @@ def run(
                         server,
                         leader,
                         url,
-                        agents_file,
+                        agents,
+                        workdir,
                         connections=connections,
                         threads=wrk_threads,
                         duration=duration,
                         round_number=round_number,
                     )
                 )
-        breakdown = _breakdown(*agents[0], repeat=2000)
+        breakdown = _breakdown(agents[0], secret_key, repeat=2000)
     finally:
         for process in bare:
             _stop(process)
@@ -415,7 +470,9 @@ def _outcome(
     table.notes += [
         f"load: wrk {wrk_threads} threads, {connections} keep-alive connections, closed loop, "
         f"{duration:g} s per round after a 2 s warm-up; every beat is the next agent's (its own "
-        "worker id and secret, bench/wrk_beats.lua); the bare servers check nothing and answer "
+        "worker id, signed with its key, a nonce each: signed beforehand by this process, "
+        f"{SUPPLY_RATE:,} per second of run, bench/wrk_beats.lua); the bare servers check "
+        "nothing and answer "
         "the same JSON.",
         "all three servers run at once (idle when not measured) and are measured in turn, "
         "round after round; wrk runs on the same 2 cores, so its CPU comes out of the server's.",
@@ -428,8 +485,12 @@ def _outcome(
     )
     where.add("one Redis command through redis-py (PING)", f"{breakdown.round_trip * 1e6:.0f} us")
     where.add(
-        "record_heartbeat: one Redis round trip (a Lua script) + SHA-256",
+        "record_heartbeat: one Redis round trip (a Lua script, the nonce included)",
         f"{breakdown.service * 1e6:.0f} us",
+    )
+    where.add(
+        "checking a beat's signature (HMAC, window) and signing its answer",
+        f"{breakdown.signatures * 1e6:.0f} us",
     )
     where.add(
         "record_heartbeat when it also writes last_heartbeat_at (once a minute per worker)",

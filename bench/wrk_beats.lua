@@ -1,21 +1,35 @@
--- wrk script of the heartbeat benchmark: each request is the next agent's beat (its own
--- worker id and secret, read from the file named by the first script argument), built once.
+-- wrk script of the heartbeat benchmark: each request is a distinct signed beat (its agent's
+-- worker id and an Authorization header with its own nonce), read from the file named by the
+-- first script argument, signed beforehand by bench/heartbeats.py (wrk's Lua has no HMAC).
+-- Thread n of the second argument's count takes lines n, n + count, ...: no two threads send
+-- the same beat. A thread that used up its share would start over, and the server refuse the
+-- replays; bench/heartbeats.py prepares more than a run can send and checks it.
+local thread_count = 0
 local requests = {}
 local count = 0
 local next_index = 0
 
+function setup(thread)
+  thread:set("thread_number", thread_count)
+  thread_count = thread_count + 1
+end
+
 function init(args)
+  local threads = tonumber(args[2])
+  local line_number = 0
   for line in io.lines(args[1]) do
-    local id, secret = line:match("^(%S+) (%S+)$")
-    if id then
-      count = count + 1
-      requests[count] = wrk.format("POST", "/agent/v1/heartbeat", {
-        ["Content-Type"] = "application/json",
-        ["Authorization"] = "Bearer " .. secret,
-      }, '{"worker": "' .. id .. '"}')
+    if line_number % threads == thread_number then
+      local id, authorization = line:match("^(%S+)\t(.+)$")
+      if id then
+        count = count + 1
+        requests[count] = wrk.format("POST", "/agent/v1/heartbeat", {
+          ["Content-Type"] = "application/json",
+          ["Authorization"] = authorization,
+        }, '{"worker": "' .. id .. '"}')
+      end
     end
+    line_number = line_number + 1
   end
-  next_index = math.random(count)
 end
 
 function request()
