@@ -7,9 +7,13 @@ make goes relay -> the login host's loopback -> the platform's SSH connection ->
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
+import socket
 import subprocess
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,3 +223,254 @@ def test_the_relay_passes_agent_endpoints_only_and_one_relay_runs_per_cluster(
     cluster.save(update_fields=["agent_route"])
     wait_for(lambda: not relay_pids(relay_tag(cluster)), timeout=20, interval=0.1)
     wait_for(lambda: relay_row(relay_environment).state == "stopped", timeout=20)
+
+
+# The neighbour: another Unix user of the login host, never root, with the host's own Python.
+NEIGHBOUR = "pwbob"
+NODE_PYTHON = "/usr/bin/python3"
+
+
+def as_neighbour(code: str, *args: str, timeout: float = 30) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ["runuser", "-u", NEIGHBOUR, "--", NODE_PYTHON, "-c", textwrap.dedent(code), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+        start_new_session=True,
+    )
+
+
+def neighbour_output(code: str, *args: str, timeout: float = 30) -> str:
+    process = as_neighbour(code, *args)
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err
+    return out
+
+
+# Connects to a port of the login host's loopback, sends one request, prints what came back.
+ASK_PORT = """
+    import socket, sys
+    port, path, host = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    request = "GET %s HTTP/1.1\\r\\nHost: %s\\r\\nX-Pad: %s\\r\\nConnection: close\\r\\n\\r\\n"
+    client = socket.create_connection(("127.0.0.1", port), timeout=15)
+    client.sendall((request % (path, host, "x" * 80)).encode())
+    answer = b""
+    try:
+        while True:
+            chunk = client.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    except OSError:
+        pass
+    print(repr(answer))
+"""
+
+
+def test_a_neighbour_connecting_to_the_forward_on_the_login_host_reaches_nothing(
+    relay_platform: Platform, relay_environment: Environment
+) -> None:
+    wait_relay_up(relay_environment, relay_platform)
+    relay = relay_row(relay_environment)
+    assert relay.forwarded_port
+    # The neighbour even names the agents' server as the relay does.
+    host = f"{HIDDEN_AGENTS_HOST}:{relay_platform.agent_port}"
+    for path in ("/agent/v1/ping", "/health/", "/api/workers/"):
+        answer = neighbour_output(ASK_PORT, str(relay.forwarded_port), path, host)
+        assert answer.strip() == "b''", (path, answer)
+    # The relay, which has the forward's proof, still gets through.
+    base = f"http://{relay.address}"
+    assert httpx.get(f"{base}/agent/v1/ping", timeout=5).status_code == 200
+
+
+# Tries to listen on a port, each family and address on its own, SO_REUSEADDR set; prints what
+# it could take.
+TAKE_PORT = """
+    import socket, sys
+    port = int(sys.argv[1])
+    taken = []
+    for family, address in [
+        (socket.AF_INET, "0.0.0.0"), (socket.AF_INET, "127.0.0.1"),
+        (socket.AF_INET6, "::"), (socket.AF_INET6, "::1"),
+    ]:
+        server = socket.socket(family, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            server.bind((address, port))
+            server.listen(1)
+            taken.append(address)
+        except OSError:
+            pass
+        server.close()
+    print(" ".join(taken))
+"""
+
+
+def test_a_relay_on_every_interface_leaves_its_port_to_no_neighbour_on_ipv4_or_ipv6(
+    relay_platform: Platform, relay_environment: Environment
+) -> None:
+    cluster = relay_environment.cluster
+    wait_relay_up(relay_environment, relay_platform)
+    cluster.relay_host = ""
+    cluster.save(update_fields=["relay_host"])
+    wait_for(
+        lambda: (
+            relay_row(relay_environment).state == "up"
+            and not relay_row(relay_environment).address.startswith("127.0.0.1:")
+        ),
+        timeout=30,
+        interval=0.05,
+    )
+    relay = relay_row(relay_environment)
+    port = int(relay.address.rpartition(":")[2])
+    # Agents are told the login host's name; whatever it resolves to, the port is the relay's.
+    assert neighbour_output(TAKE_PORT, str(port)).strip() == ""
+    assert httpx.get(f"http://127.0.0.1:{port}/agent/v1/ping", timeout=5).status_code == 200
+    assert httpx.get(f"http://[::1]:{port}/agent/v1/ping", timeout=5).status_code == 200
+
+
+# Waits for a port to come free, takes it (SO_REUSEADDR, as the relay does) and plays the relay
+# for a while: records every request that arrives and answers it 403, unsigned, as the platform
+# answered a refused secret.
+SQUAT_PORT = """
+    import base64, socket, sys, time
+    port, hold = int(sys.argv[1]), float(sys.argv[2])
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            server.bind(("127.0.0.1", port))
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                print("NOT-BOUND", flush=True)
+                sys.exit(0)
+            time.sleep(0.001)
+    server.listen(16)
+    print("BOUND", flush=True)
+    server.settimeout(0.2)
+    until = time.monotonic() + hold
+    while time.monotonic() < until:
+        try:
+            client, _ = server.accept()
+        except OSError:
+            continue
+        client.settimeout(2)
+        data = b""
+        try:
+            while b"\\r\\n\\r\\n" not in data:
+                chunk = client.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            head, _, body = data.partition(b"\\r\\n\\r\\n")
+            length = 0
+            for line in head.split(b"\\r\\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            while len(body) < length:
+                chunk = client.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+            data = head + b"\\r\\n\\r\\n" + body
+            answer = b'{"error": "forbidden"}'
+            client.sendall(
+                b"HTTP/1.1 403 Forbidden\\r\\nContent-Type: application/json\\r\\n"
+                b"Content-Length: %d\\r\\nConnection: close\\r\\n\\r\\n%s" % (len(answer), answer)
+            )
+        except OSError:
+            pass
+        client.close()
+        print("CAUGHT " + base64.b64encode(data).decode(), flush=True)
+    server.close()
+    print("RELEASED", flush=True)
+"""
+
+
+def send_raw(address: str, request: bytes) -> int:
+    """Sends bytes as they are to host:port and returns the answer's status (0 if none)."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=10) as client:
+        client.sendall(request)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    status_line = answer.split(b"\r\n", 1)[0].split()
+    return int(status_line[1]) if len(status_line) > 1 and status_line[1].isdigit() else 0
+
+
+def other_request(captured: bytes, public_id: str) -> bytes:
+    """The captured request made into another one: a connect naming another host, its headers
+    (and whatever proof they carry) kept."""
+    head, _, _ = captured.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    method, _, version = lines[0].split(b" ")
+    body = json.dumps(
+        {"worker": public_id, "hostname": "elsewhere.example", "job_id": "1"}
+    ).encode()
+    headers = [line for line in lines[1:] if not line.lower().startswith(b"content-length:")]
+    headers.append(b"Content-Length: %d" % len(body))
+    first = b" ".join([method, b"/agent/v1/connect", version])
+    return b"\r\n".join([first, *headers]) + b"\r\n\r\n" + body
+
+
+@pytest.mark.xfail(strict=True, reason="needs signed agent requests (A1)")
+def test_a_neighbour_who_takes_the_relays_port_during_a_restart_gets_nothing_of_use(
+    relay_platform: Platform, relay_environment: Environment, user, ssh_target: SshTarget
+) -> None:
+    platform = relay_platform
+    cluster = relay_environment.cluster
+    tag = relay_tag(cluster)
+    wait_relay_up(relay_environment, platform)
+    relay = relay_row(relay_environment)
+    workers = [
+        services.request_worker(
+            owner=user, cluster=cluster.name, environment=relay_environment.name
+        )
+        for _ in range(2)
+    ]
+    try:
+        wait_for(lambda: statuses(workers) == [S.CONNECTED] * 2, timeout=120, interval=0.1)
+    except TimeoutError:
+        pytest.fail(f"workers stayed {statuses(workers)}\n{platform.logs()}")
+    agents = {w.public_id: agent_pids(w.public_id) for w in workers}
+    events_before = changes(workers)
+    repairs = relay_row(relay_environment).repairs
+
+    # The neighbour waits on the relay's port; the relay is killed (a crash, a redeploy).
+    port = int(relay.address.rpartition(":")[2])
+    squatter = as_neighbour(SQUAT_PORT, str(port), str(3 * HEARTBEAT_INTERVAL + 1))
+    time.sleep(0.5)
+    os.kill(relay_pids(tag)[0], signal.SIGKILL)
+    assert squatter.stdout is not None
+    assert squatter.stdout.readline().strip() == "BOUND"
+    out, err = squatter.communicate(timeout=60)
+    captured = [
+        base64.b64decode(line.split()[1]) for line in out.splitlines() if line.startswith("CAUGHT")
+    ]
+    assert captured, f"the neighbour caught nothing\n{err}"
+    wait_relay_up(relay_environment, platform, repairs=repairs + 1)
+    assert relay_row(relay_environment).address == relay.address
+
+    # Whatever it caught is refused by the platform: replayed as it was, or made into another
+    # request with the same credentials.
+    for request in captured:
+        assert send_raw(relay.address, request) not in range(200, 300), request[:200]
+        made_up = other_request(request, workers[0].public_id)
+        assert send_raw(relay.address, made_up) not in range(200, 300), made_up[:200]
+    assert not Worker.objects.filter(node_hostname="elsewhere.example").exists()
+
+    # Every agent kept going, and every worker stayed connected.
+    hold_and_watch(workers, HEARTBEAT_TIMEOUT + 2)
+    assert {w.public_id: agent_pids(w.public_id) for w in workers} == agents
+    assert changes(workers) == events_before, "a worker changed status"
+    for worker in workers:
+        services.delete_worker(worker)
+    wait_for(lambda: statuses(workers) == [S.STOPPED] * 2, timeout=60)
+    wait_for(lambda: not set(squeue_names(ssh_target)) & {w.job_name for w in workers}, timeout=60)

@@ -5,12 +5,19 @@ loopback that the platform's SSH connection forwards back to the platform's agen
 
 Standard library only, Python 3.6+, like the agent. Started by the platform over SSH as
 ``python3 -c BOOT activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT HOST``, its source sent on
-stdin; it then keeps reading stdin and exits when that closes, so it never outlives the SSH
-session that started it. Once listening it prints ``READY <port> <hostname>`` on stdout.
+stdin, then one line: the forward's proof. It then keeps reading stdin and exits when that
+closes, so it never outlives the SSH session that started it. Once listening it prints
+``READY <port> <hostname>`` on stdout.
 
 Only the agent endpoints pass (``/agent/``, GET or POST, one request per connection, a small
 body); anything else is answered 403 here and never reaches the platform. Each request's Host
 header becomes HOST, the agents' server's own name, which the platform accepts.
+
+The forwarded port is on the login host's loopback, where any local user can connect to it; the
+platform's end of the forward drops every connection that does not begin with the proof, which
+only this process has (it came on stdin, never in a command line). The relay listens on every
+address its bind host names, IPv4 and IPv6, so no other user can take the port agents are told
+on a family the relay left free.
 """
 
 import errno
@@ -29,6 +36,10 @@ MAX_BODY = 65536
 MAX_RESPONSE = 1048576
 MAX_CONNECTIONS = 256
 IO_TIMEOUT = 15.0
+# How long a start waits for its port to be free: the relay it replaces letting go of it, or
+# another user holding it (agents then retry, and the keeper starts another relay).
+BIND_PATIENCE = 10.0
+NO_IPV6 = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL)
 # Hop-by-hop headers (the relay decides how the connection ends: one request, then close), the
 # Host (the relay names the agents' server) and what only the platform's own proxy may say.
 DROPPED_HEADERS = (
@@ -132,7 +143,7 @@ def read_body(client: socket.socket, already: bytes, length: int) -> bytes:
     return body
 
 
-def relay_one(client: socket.socket, forwarded_port: int, host: str) -> None:
+def relay_one(client: socket.socket, forwarded_port: int, host: str, proof: bytes) -> None:
     try:
         client.settimeout(IO_TIMEOUT)
         head, rest = read_head(client)
@@ -150,7 +161,7 @@ def relay_one(client: socket.socket, forwarded_port: int, host: str) -> None:
         answer(client, Refusal(502, "Bad Gateway", "the platform cannot be reached"))
         return
     try:
-        upstream.sendall(request + body)
+        upstream.sendall(proof + b"\n" + request + body)
         response = read_response(upstream)
     except OSError:
         response = b""
@@ -187,10 +198,14 @@ def read_response(upstream: socket.socket) -> bytes:
 
 
 def serve_connection(
-    client: socket.socket, forwarded_port: int, host: str, slots: threading.Semaphore
+    client: socket.socket,
+    forwarded_port: int,
+    host: str,
+    proof: bytes,
+    slots: threading.Semaphore,
 ) -> None:
     try:
-        relay_one(client, forwarded_port, host)
+        relay_one(client, forwarded_port, host, proof)
     finally:
         try:
             client.close()
@@ -239,22 +254,60 @@ def replace_previous(tag: str) -> str:
     return path
 
 
-def listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    deadline = time.monotonic() + 10
-    while True:
-        server = socket.socket(family, socket.SOCK_STREAM)
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            server.bind((host, port))
+def bind_addresses(host: str, port: int) -> list:
+    """Every (family, address) the bind host names: both wildcards when it is empty."""
+    found = []
+    infos = socket.getaddrinfo(
+        host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+    )
+    for family, _, _, _, address in infos:
+        if family in (socket.AF_INET, socket.AF_INET6) and (family, address) not in found:
+            found.append((family, address))
+    return found
+
+
+def bind_all(host: str, port: int) -> list:
+    """Listening sockets on every address of ``host``, all on one port (picked by the first
+    bind when ``port`` is 0). OSError when one of them cannot be bound."""
+    servers = []
+    try:
+        for family, address in bind_addresses(host, port):
+            server = socket.socket(family, socket.SOCK_STREAM)
+            servers.append(server)
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                # Each family gets a socket of its own, so neither is left for another user.
+                server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port:
+                address = (address[0], port, *address[2:])
+            try:
+                server.bind(address)
+            except OSError as exc:
+                if family == socket.AF_INET6 and not host and exc.errno in NO_IPV6:
+                    # No IPv6 on this host: nobody can listen there either.
+                    servers.pop().close()
+                    continue
+                raise
             server.listen(128)
-            return server
-        except OSError as exc:
+            port = server.getsockname()[1]
+    except OSError:
+        for server in servers:
             server.close()
-            # The relay this one replaces may still be letting go of the port.
+        raise
+    return servers
+
+
+def listen(host: str, port: int) -> list:
+    deadline = time.monotonic() + BIND_PATIENCE
+    while True:
+        try:
+            return bind_all(host, port)
+        except OSError as exc:
+            # The relay this one replaces may still be letting go of the port; or, with a port
+            # picked here, the other family's was taken: pick again.
             if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
                 raise
-            time.sleep(0.2)
+            time.sleep(0.05)
 
 
 def watch_lifeline(pidfile: str) -> None:
@@ -277,31 +330,9 @@ def forget_pidfile(path: str) -> None:
         pass
 
 
-def main(argv: list) -> int:
-    if len(argv) != 6 or argv[0] != "activate-relay":
-        log("usage: activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT HOST")
-        return 2
-    tag, bind_host, bind_port, forwarded_port = argv[1], argv[2], int(argv[3]), int(argv[4])
-    host = argv[5]
-    pidfile = replace_previous(tag)
-
-    def stop(*_: object) -> None:
-        forget_pidfile(pidfile)
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGHUP, stop)
-    try:
-        server = listen(bind_host or "0.0.0.0", bind_port)
-    except OSError as exc:
-        log("cannot listen on %s:%d: %s" % (bind_host or "*", bind_port, exc))
-        forget_pidfile(pidfile)
-        return 1
-    threading.Thread(target=watch_lifeline, args=(pidfile,), daemon=True).start()
-    port = server.getsockname()[1]
-    sys.stdout.write("READY %d %s\n" % (port, socket.gethostname()))
-    sys.stdout.flush()
-    slots = threading.Semaphore(MAX_CONNECTIONS)
+def serve(
+    server: socket.socket, forwarded_port: int, host: str, proof: bytes, slots: threading.Semaphore
+) -> None:
     while True:
         try:
             client, _ = server.accept()
@@ -312,8 +343,47 @@ def main(argv: list) -> int:
             client.close()
             continue
         threading.Thread(
-            target=serve_connection, args=(client, forwarded_port, host, slots), daemon=True
+            target=serve_connection,
+            args=(client, forwarded_port, host, proof, slots),
+            daemon=True,
         ).start()
+
+
+def main(argv: list) -> int:
+    if len(argv) != 6 or argv[0] != "activate-relay":
+        log("usage: activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT HOST")
+        return 2
+    tag, bind_host, bind_port, forwarded_port = argv[1], argv[2], int(argv[3]), int(argv[4])
+    host = argv[5]
+    proof = sys.stdin.buffer.readline().strip()
+    if len(proof) < 32:
+        log("no proof for the forward came on stdin")
+        return 2
+    pidfile = replace_previous(tag)
+
+    def stop(*_: object) -> None:
+        forget_pidfile(pidfile)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
+    try:
+        servers = listen(bind_host, bind_port)
+    except OSError as exc:
+        log("cannot listen on %s:%d: %s" % (bind_host or "*", bind_port, exc))
+        forget_pidfile(pidfile)
+        return 1
+    threading.Thread(target=watch_lifeline, args=(pidfile,), daemon=True).start()
+    port = servers[0].getsockname()[1]
+    slots = threading.Semaphore(MAX_CONNECTIONS)
+    for server in servers[1:]:
+        threading.Thread(
+            target=serve, args=(server, forwarded_port, host, proof, slots), daemon=True
+        ).start()
+    sys.stdout.write("READY %d %s\n" % (port, socket.gethostname()))
+    sys.stdout.flush()
+    serve(servers[0], forwarded_port, host, proof, slots)
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,11 +7,19 @@ is joined here to the platform's agents' server (``upstream``). Then it starts t
 (``workers_app/node/activate_relay.py``) on an exec channel: the relay listens where compute
 nodes reach it and passes agent requests, and nothing else, to the forwarded port. The relay
 reads its stdin until the channel closes, so it ends with the SSH session that started it.
+
+Any local user of the login host can connect to the forwarded port, so a connection arriving
+here is joined to the agents' server only when it begins with this tunnel's proof: random, new
+for every tunnel, sent to the relay on its stdin. Anyone else's connection is dropped before a
+byte of it leaves this process. (OpenSSH's forward to a Unix socket would keep others out by
+file mode, but paramiko's client refuses the channels it opens.)
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
 import select
 import shlex
 import socket
@@ -37,6 +45,8 @@ BOOT = (
 # A relayed connection with no byte either way for this long is dropped.
 IDLE_TIMEOUT = 60.0
 STDERR_KEPT = 2000
+# Seconds a forwarded connection has to present the proof before it is dropped.
+PROOF_TIMEOUT = 5.0
 
 
 class TunnelError(SSHError):
@@ -75,6 +85,8 @@ class RelayTunnel:
         self.timeout = timeout
         self.endpoint: RelayEndpoint | None = None
         self.relayed = 0
+        self.refused = 0
+        self.proof = b""
         self._transport: paramiko.Transport | None = None
         self._channel: paramiko.Channel | None = None
         self._stderr = b""
@@ -99,6 +111,7 @@ class RelayTunnel:
     def _open(self) -> RelayEndpoint:
         transport = self.connection.transport()
         self._transport = transport
+        self.proof = secrets.token_hex(32).encode()
         forwarded = self._in_time(
             lambda: transport.request_port_forward("127.0.0.1", 0, handler=self._incoming),
             "the port forward request",
@@ -109,7 +122,7 @@ class RelayTunnel:
         argv += [str(self.bind_port), str(forwarded), self.upstream_host]
         channel.exec_command(shlex.join(argv))
         source = self.source.encode()
-        channel.sendall(f"{len(source)}\n".encode() + source)
+        channel.sendall(f"{len(source)}\n".encode() + source + self.proof + b"\n")
         line = self._first_line(channel, time.monotonic() + self.timeout)
         words = line.split()
         if len(words) != 3 or words[0] != "READY" or not words[1].isdigit():
@@ -171,6 +184,11 @@ class RelayTunnel:
         ).start()
 
     def _join(self, channel: paramiko.Channel) -> None:
+        if not self._proven(channel):
+            self.refused += 1
+            log.warning("relay %s: a forwarded connection without the proof, dropped", self.tag)
+            channel.close()
+            return
         try:
             upstream = socket.create_connection(self.upstream, timeout=self.timeout)
         except OSError as exc:
@@ -183,6 +201,25 @@ class RelayTunnel:
         finally:
             upstream.close()
             channel.close()
+
+    def _proven(self, channel: paramiko.Channel) -> bool:
+        """Whether the connection begins with this tunnel's proof (and its newline)."""
+        expected = self.proof + b"\n"
+        received = b""
+        deadline = time.monotonic() + PROOF_TIMEOUT
+        try:
+            while len(received) < len(expected):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                channel.settimeout(left)
+                chunk = channel.recv(len(expected) - len(received))
+                if not chunk:
+                    return False
+                received += chunk
+        except (OSError, EOFError, paramiko.SSHException):
+            return False
+        return bool(self.proof) and hmac.compare_digest(received, expected)
 
     # -- watching ---------------------------------------------------------------------------
 
