@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from workers_app import lifecycle, signals
 from workers_app.agents.heartbeats import AgentIdentity, Beat, Beaten, HeartbeatStore, Nonce
+from workers_app.agents.nodes import NodeUnknown, note_claimed_host, scheduler_node
 from workers_app.models import Worker
 from workers_app.statuses import WorkerStatus
 
@@ -39,7 +40,12 @@ def connect_agent(public_id: str, key_hash: str, *, hostname: str, job_id: str) 
     # The key exists before the status says connected, so no sweep can see one without the other.
     store.beat(worker.pk)
     if worker.status in (S.QUEUED, S.STARTING):
-        lifecycle.mark_connected(worker, hostname=hostname, job_id=job_id)
+        try:
+            node = scheduler_node(worker)
+        except NodeUnknown as exc:
+            raise AgentRefused(exc.status, exc.message) from exc
+        if lifecycle.mark_connected(worker, hostname=node, job_id=job_id):
+            note_claimed_host(worker, claimed=hostname, node=node)
     if worker.status == S.PENDING:
         # The job started before its submission was recorded; the agent asks again shortly.
         raise AgentRefused(409, "worker is not submitted yet")
