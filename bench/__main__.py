@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from bench import api, detection, heartbeats, polling, submission, terminals
+from bench import api, detection, heartbeats, polling, proxy_upload, submission, terminals
 from bench.report import Outcome, goals_table
 from harness.cluster import SshTarget
 from harness.runner import Conclusion, Suite, run
@@ -28,7 +28,7 @@ def _ints(text: str) -> tuple[int, ...]:
 class Benchmarks(Suite[Outcome]):
     name = "bench"
     record_title = "Recorded run"
-    names = ("polling", "submission", "heartbeats", "api", "detection", "terminals")
+    names = ("polling", "submission", "heartbeats", "api", "detection", "terminals", "proxy")
     doc = __doc__ or ""
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -77,6 +77,9 @@ class Benchmarks(Suite[Outcome]):
         group.add_argument("--terminals", type=int, default=50)
         group.add_argument("--terminal-beat-rate", type=float, default=300)
         group.add_argument("--terminal-rounds", type=int, default=2)
+        group = parser.add_argument_group("proxy")
+        group.add_argument("--proxy-rounds", type=int, default=3)
+        group.add_argument("--proxy-quiet", type=float, default=8, help="seconds per quiet round")
 
     def runners(self, args: argparse.Namespace) -> dict[str, Callable[[SshTarget], Outcome]]:
         return {
@@ -112,6 +115,9 @@ class Benchmarks(Suite[Outcome]):
                 terminals=args.terminals,
                 beat_rate=args.terminal_beat_rate,
                 rounds=args.terminal_rounds,
+            ),
+            "proxy": lambda t: proxy_upload.run(
+                t, rounds=args.proxy_rounds, quiet=args.proxy_quiet
             ),
         }
 

@@ -117,14 +117,14 @@ class Platform:
 
     # -- starting ---------------------------------------------------------------------------
 
-    def start_web(self, name: str = "web") -> subprocess.Popen[bytes]:
+    def start_web(self, name: str = "web", *, workers: int = 2) -> subprocess.Popen[bytes]:
         """The ASGI web server on the test settings, returned once /health/ answers.
 
         Not through start.sh: that migrates and collects static files, which the test database
         does not need.
         """
         argv = [str(BIN / "uvicorn"), "activate.asgi:application", "--host", "127.0.0.1"]
-        argv += ["--port", str(self.port), "--workers", "2", "--lifespan", "off"]
+        argv += ["--port", str(self.port), "--workers", str(workers), "--lifespan", "off"]
         process = self._spawn(name, argv, self.env())
         self._ready(self._web_answers, "the web server did not answer")
         return process
