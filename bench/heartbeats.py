@@ -112,11 +112,14 @@ def _connected_agents(count: int, url: str, secret_key: str) -> list[SignedAgent
 def _sign_beats(agents: list[SignedAgent], path: Path, count: int) -> None:
     """``count`` distinct signed beats, the agents' in turn, one a line: worker, Authorization."""
     lines = []
+    # One time for them all: an agent's beats may then arrive in any order (a later one
+    # overtaking on another connection), as a real agent's one-at-a-time calls never do.
+    ts = int(time.time())
     for i in range(count):
         agent = agents[i % len(agents)]
         # Byte for byte the body wrk_beats.lua sends.
         body = f'{{"worker": "{agent.public_id}"}}'.encode()
-        header, _ = agent.signed(BEAT_PATH, body)
+        header, _ = agent.signed(BEAT_PATH, body, ts=ts)
         lines.append(f"{agent.public_id}\t{header}\n")
     path.write_text("".join(lines))
 

@@ -76,11 +76,15 @@ class SignedAgent:
     key_id: str
     key: str
 
-    def signed(self, path: str, body: bytes, *, method: str = "POST") -> tuple[str, str]:
-        """An Authorization header for this request, and its nonce."""
+    def signed(
+        self, path: str, body: bytes, *, method: str = "POST", ts: int | None = None
+    ) -> tuple[str, str]:
+        """An Authorization header for this request, and its nonce. Its time is in whole
+        seconds (``ts``, or now): requests signed in the same second may arrive in any order."""
         nonce = activate_agent.new_nonce()
+        when = str(int(time.time()) if ts is None else ts)
         header = activate_agent.authorization(
-            self.public_id, self.key_id, self.key, method, path, body, int(time.time()), nonce
+            self.public_id, self.key_id, self.key, method, path, body, when, nonce
         )
         return header, nonce
 

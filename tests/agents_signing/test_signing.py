@@ -34,7 +34,7 @@ def key() -> signing.AgentKey:
 def agent_header(key: signing.AgentKey, *, ts: int | None = None, nonce: str = "") -> str:
     return activate_agent.authorization(
         "wabc", key.key_id, key.key, "POST", PATH, BODY,
-        int(time.time()) if ts is None else ts, nonce or activate_agent.new_nonce(),
+        str(int(time.time()) if ts is None else ts), nonce or activate_agent.new_nonce(),
     )  # fmt: skip
 
 
@@ -109,6 +109,38 @@ def test_a_nonce_is_accepted_once(key: signing.AgentKey) -> None:
         signing.consume_nonce(call)
     assert (refused.value.status, refused.value.message) == (401, "replayed request")
     assert signing.nonce_of(call).ttl > 2 * 60
+
+
+@pytest.mark.django_db
+def test_a_request_held_back_and_sent_after_a_later_one_is_refused(
+    key: signing.AgentKey,
+) -> None:
+    # Given two requests of one agent, the earlier held back on the way
+    now = int(time.time())
+    held, later = (agent_header(key, ts=now - 2), agent_header(key, ts=now - 1))
+    call = signing.verify_request(later, "POST", PATH, BODY, now=time.time())
+    signing.consume_nonce(call)
+    # When the held one arrives after the later was accepted, then it is refused
+    held_call = signing.verify_request(held, "POST", PATH, BODY, now=time.time())
+    with pytest.raises(AgentRefused) as refused:
+        signing.consume_nonce(held_call)
+    assert refused.value.status == 401
+    # while another request of the same time (and its own nonce) is accepted
+    signing.consume_nonce(
+        signing.verify_request(agent_header(key, ts=now - 1), "POST", PATH, BODY, now=time.time())
+    )
+
+
+def test_the_agents_timestamps_go_strictly_up_in_microseconds(key: signing.AgentKey) -> None:
+    platform = activate_agent.Platform("http://127.0.0.1:9", "wabc", key.key_id, key.key, 1)
+    seen = []
+    for _ in range(3):
+        try:
+            platform.post(PATH, {"worker": "wabc"})
+        except OSError:
+            pass
+        seen.append(platform.last_ts)
+    assert seen == sorted(set(seen))
 
 
 def test_the_agent_verifies_the_platforms_answer_for_its_own_nonce_only(

@@ -129,7 +129,7 @@ def test_a_beat_signed_outside_the_window_is_refused(agents: httpx.Client) -> No
     for skew in (-3600, 3600):
         header = activate_agent.authorization(
             agent.public_id, agent.key_id, agent.key, "POST", "/agent/v1/heartbeat", body,
-            int(time.time()) + skew, activate_agent.new_nonce(),
+            str(int(time.time()) + skew), activate_agent.new_nonce(),
         )  # fmt: skip
         late = agents.post("/agent/v1/heartbeat", content=body, headers={"Authorization": header})
         assert late.status_code == 401 and "window" in late.json()["error"]

@@ -29,12 +29,37 @@ DEAF_KEY = "activate:hb-deaf"
 BREAKER_PREFIX = "activate:hb-breaker:"
 CONFIRM_PREFIX = "activate:hb-confirm:"
 
-# A beat in one round trip: remember the signed request's nonce (a replay stops there), find
-# the cached identity, check the key's hash, refresh the liveness key and the coarse "seen"
+# A signed request is fresh when no later one of the same key was accepted (ORDER_KEY keeps the
+# latest time, in microseconds) and its nonce is new: a request replayed, or held back on the
+# way and delivered after a later one, is refused (-2).
+FRESH = """
+local last = tonumber(redis.call('GET', ORDER_KEY) or '0')
+local seq = tonumber(SEQ)
+if seq < last then return -2 end
+if not redis.call('SET', NONCE_KEY, 1, 'NX', 'EX', TTL) then return -2 end
+if seq > last then redis.call('SET', ORDER_KEY, SEQ, 'EX', TTL) end
+"""
+
+
+def _fresh(nonce_key: str, order_key: str, ttl: str, seq: str) -> str:
+    """FRESH reading its keys and arguments where a script is given them."""
+    text = FRESH
+    names = {"NONCE_KEY": nonce_key, "ORDER_KEY": order_key, "TTL": ttl, "SEQ": seq}
+    for name, value in names.items():
+        text = text.replace(name, value)
+    return text
+
+
+FRESH_SCRIPT = _fresh("KEYS[1]", "KEYS[2]", "ARGV[1]", "ARGV[2]") + "return 1"
+
+# A beat in one round trip: check the signed request is fresh (FRESH, when its keys are given),
+# find the cached identity, check the key's hash, refresh the liveness key and the coarse "seen"
 # marker. Lua's string compare is not constant-time; that leaks at most a prefix of a hash, which
 # does not help anyone find a key that hashes to it.
-BEAT_SCRIPT = """
-if #KEYS > 1 and not redis.call('SET', KEYS[2], 1, 'NX', 'EX', ARGV[6]) then return -2 end
+BEAT_SCRIPT = (
+    "if #KEYS > 1 then\n"
+    + _fresh("KEYS[2]", "KEYS[3]", "ARGV[6]", "ARGV[7]")
+    + """end
 local cached = redis.call('GET', KEYS[1])
 if not cached then return 0 end
 local sep = string.find(cached, ':', 1, true)
@@ -46,6 +71,7 @@ if redis.call('SET', ARGV[4] .. worker, 1, 'NX', 'EX', ARGV[5]) then
 end
 return {worker, 0}
 """
+)
 
 
 @functools.cache
@@ -53,10 +79,15 @@ def _beat_script(client: redis.Redis) -> Script:
     return client.register_script(BEAT_SCRIPT)
 
 
+@functools.cache
+def _fresh_script(client: redis.Redis) -> Script:
+    return client.register_script(FRESH_SCRIPT)
+
+
 class Beat(enum.Enum):
     UNKNOWN = "unknown"  # no cached identity: the caller asks the database
     FORBIDDEN = "forbidden"
-    REPLAYED = "replayed"  # the request's nonce was seen before: nothing was done
+    REPLAYED = "replayed"  # not fresh (seen before, or older than one accepted): nothing done
 
 
 @dataclass(frozen=True)
@@ -75,9 +106,13 @@ class AgentIdentity:
 
 @dataclass(frozen=True)
 class Nonce:
-    """A signed request's nonce as Redis remembers it: its key, and for how many seconds."""
+    """What makes a signed request fresh, as Redis remembers it: its nonce's key, the key
+    holding the newest request time of its signing key, its own time (microseconds), and how
+    many seconds both are kept."""
 
     key: str
+    order_key: str
+    seq: int
     ttl: int
 
 
@@ -154,9 +189,16 @@ class HeartbeatStore:
         keys = [f"{AGENT_PREFIX}{public_id}"]
         args: list[str | int] = [key_hash, PREFIX, self.ttl_ms, SEEN_PREFIX, seen_window]
         if nonce is not None:
-            keys.append(nonce.key)
-            args.append(nonce.ttl)
+            keys += [nonce.key, nonce.order_key]
+            args += [nonce.ttl, nonce.seq]
         return BeatCall(keys=keys, args=args)
+
+    def fresh(self, nonce: Nonce) -> bool:
+        """Whether a signed request is fresh (FRESH), remembering it if so."""
+        answer = _fresh_script(self.redis)(
+            keys=[nonce.key, nonce.order_key], args=[nonce.ttl, nonce.seq]
+        )
+        return bool(answer == 1)
 
     # -- what the sweep knows about the platform's own hearing -------------------------------
 

@@ -7,9 +7,12 @@ every submission attempt, so an older job's key stops working). On the wire trav
 id, key id, a timestamp, a nonce and the signature; none of them works for another request.
 
 A request's signature covers method, path, timestamp, nonce and the body's SHA-256; the
-timestamp must be within ``ACTIVATE_AGENT_SIGNATURE_WINDOW`` of this server's clock and the
-nonce unseen (remembered in Redis for twice the window). Answers are signed only for requests
-that passed those checks, so nobody can obtain a signed answer for a nonce the agent chose.
+timestamp must be within ``ACTIVATE_AGENT_SIGNATURE_WINDOW`` of this server's clock, the nonce
+unseen, and no later request of the same key accepted already (an agent's timestamps go
+strictly up; both are remembered in Redis for twice the window), so a request held back by
+someone on the way is worthless once the agent has been heard again. Answers are signed only
+for requests that passed those checks, so nobody can obtain a signed answer for a nonce the
+agent chose.
 """
 
 from __future__ import annotations
@@ -23,17 +26,17 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from workers_app.agents.heartbeats import Nonce
+from workers_app.agents.heartbeats import HeartbeatStore, Nonce
 from workers_app.agents.service import AgentRefused
 from workers_app.models import hash_secret
-from workers_app.redis_connection import redis_client
 
 SCHEME = "ActivateHMAC"
 SIGNATURE_HEADER = "X-Activate-Signature"
 NONCE_PREFIX = "activate:nonce:"
+ORDER_PREFIX = "activate:agent-order:"
 WORKER_ID = re.compile(r"[a-z0-9]{1,16}")
 TOKEN = re.compile(r"[A-Za-z0-9_\-]{16,64}")
-TIMESTAMP = re.compile(r"[0-9]{1,12}")
+TIMESTAMP = re.compile(r"([0-9]{1,12})(?:\.([0-9]{1,6}))?")
 SIGNATURE = re.compile(r"[0-9a-f]{64}")
 FIELDS = ("worker", "key", "ts", "nonce", "sig")
 
@@ -61,6 +64,7 @@ class SignedCall:
     worker: str
     key_id: str
     nonce: str
+    seq: int  # its time in microseconds: an agent's requests go strictly up
     key: bytes
 
     @property
@@ -99,16 +103,6 @@ def answer_signature(key: bytes, status: int, nonce: str, body: bytes) -> str:
     return hmac.digest(key, message, "sha256").hex()
 
 
-def authorization(
-    public_id: str, key_id: str, key: str, method: str, path: str, body: bytes, *, ts: int
-) -> tuple[str, str]:
-    """The Authorization header of a signed request, and its nonce (what agents send)."""
-    nonce = secrets.token_urlsafe(18)
-    sig = request_signature(key.encode(), method, path, str(ts), nonce, body)
-    header = f"{SCHEME} worker={public_id}, key={key_id}, ts={ts}, nonce={nonce}, sig={sig}"
-    return header, nonce
-
-
 def _fields(header: str) -> dict[str, str]:
     scheme, _, rest = header.partition(" ")
     if scheme.lower() == "bearer":
@@ -132,33 +126,38 @@ def verify_request(header: str, method: str, path: str, body: bytes, *, now: flo
     """The checked claim of a signed request; Unauthenticated (401) if anything is off."""
     fields = _fields(header)
     worker, key_id, ts, nonce, sig = (fields[name] for name in FIELDS)
+    when = TIMESTAMP.fullmatch(ts)
     if not (
         WORKER_ID.fullmatch(worker)
         and TOKEN.fullmatch(key_id)
         and TOKEN.fullmatch(nonce)
-        and TIMESTAMP.fullmatch(ts)
+        and when
         and SIGNATURE.fullmatch(sig)
     ):
         raise Unauthenticated("malformed authorization")
     key = derive_key(worker, key_id).encode()
     if not hmac.compare_digest(request_signature(key, method, path, ts, nonce, body), sig):
         raise Unauthenticated("bad signature")
-    if abs(now - int(ts)) > settings.ACTIVATE_AGENT_SIGNATURE_WINDOW:
+    seconds, fraction = when.group(1), when.group(2) or ""
+    seq = int(seconds) * 1_000_000 + int(fraction.ljust(6, "0"))
+    if abs(now - seq / 1e6) > settings.ACTIVATE_AGENT_SIGNATURE_WINDOW:
         raise Unauthenticated("timestamp outside the accepted window (check the node's clock)")
-    return SignedCall(worker=worker, key_id=key_id, nonce=nonce, key=key)
+    return SignedCall(worker=worker, key_id=key_id, nonce=nonce, seq=seq, key=key)
 
 
 def nonce_of(call: SignedCall) -> Nonce:
     return Nonce(
         key=f"{NONCE_PREFIX}{call.worker}:{call.nonce}",
+        order_key=f"{ORDER_PREFIX}{call.worker}:{call.key_id}",
+        seq=call.seq,
         ttl=int(2 * settings.ACTIVATE_AGENT_SIGNATURE_WINDOW) + 1,
     )
 
 
 def consume_nonce(call: SignedCall) -> None:
-    """Remember the request's nonce; Unauthenticated if it was seen before (a replay)."""
-    nonce = nonce_of(call)
-    if not redis_client().set(nonce.key, 1, nx=True, ex=nonce.ttl):
+    """Remember the request; Unauthenticated if it is not fresh (a replay, or a request held
+    back on the way and sent after a later one of the same agent)."""
+    if not HeartbeatStore().fresh(nonce_of(call)):
         raise Unauthenticated("replayed request")
 
 

@@ -81,10 +81,10 @@ def answer_signature(key: str, status: int, nonce: str, body: bytes) -> str:
 
 
 def authorization(
-    worker: str, key_id: str, key: str, method: str, path: str, body: bytes, ts: int, nonce: str
+    worker: str, key_id: str, key: str, method: str, path: str, body: bytes, ts: str, nonce: str
 ) -> str:
-    sig = request_signature(key, method, path, str(ts), nonce, body)
-    return "%s worker=%s, key=%s, ts=%d, nonce=%s, sig=%s" % (
+    sig = request_signature(key, method, path, ts, nonce, body)
+    return "%s worker=%s, key=%s, ts=%s, nonce=%s, sig=%s" % (
         SCHEME,
         worker,
         key_id,
@@ -108,15 +108,18 @@ class Platform:
         self.key_id = key_id
         self.key = key
         self.timeout = timeout
+        self.last_ts = 0  # microseconds
 
     def post(self, path: str, payload: dict) -> dict:
         """The signed answer's JSON; Refused for a signed refusal, Unverified for any answer
         the platform did not sign, OSError and friends when nothing came back."""
         body = json.dumps(payload).encode()
         nonce = new_nonce()
-        header = authorization(
-            self.worker, self.key_id, self.key, "POST", path, body, int(time.time()), nonce
-        )
+        # Each request later than the last, even if the clock steps back: the platform refuses
+        # one older than a request it accepted (one held back on the way and sent later).
+        self.last_ts = max(int(time.time() * 1000000), self.last_ts + 1)
+        ts = "%d.%06d" % divmod(self.last_ts, 1000000)
+        header = authorization(self.worker, self.key_id, self.key, "POST", path, body, ts, nonce)
         request = urllib.request.Request(
             self.base + path,
             data=body,
