@@ -185,6 +185,7 @@ def server(key: signing.AgentKey) -> Iterator[tuple[str, Answers]]:
             nonce = header.split("nonce=")[1].split(",")[0]
             body = json.dumps({"status": "ok", "heartbeat_interval": 1}).encode()
             self.send_response(answers.status)
+            self.send_header("Location", "/elsewhere")
             if answers.signed:
                 signer = "0" * 64 if answers.forged else answers.key
                 sig = activate_agent.answer_signature(signer, answers.status, nonce, body)
@@ -192,6 +193,12 @@ def server(key: signing.AgentKey) -> Iterator[tuple[str, Answers]]:
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            answers.requests.append({"path": self.path, "authorization": ""})
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -221,7 +228,7 @@ def test_the_agent_never_puts_its_key_on_the_wire(
     assert all(r["authorization"].startswith("ActivateHMAC ") for r in answers.requests)
 
 
-@pytest.mark.parametrize("status", [403, 410, 409, 500])
+@pytest.mark.parametrize("status", [403, 410, 409, 500, 302])
 @pytest.mark.parametrize("forged", [False, True])
 def test_an_answer_not_signed_by_the_platform_is_retried_whatever_its_status(
     server: tuple[str, Answers], key: signing.AgentKey, status: int, forged: bool
@@ -232,6 +239,7 @@ def test_an_answer_not_signed_by_the_platform_is_retried_whatever_its_status(
     answers.status, answers.signed, answers.forged = status, forged, forged
     assert agent.beat() == agent.retry_delay  # no exit: tried again shortly
     assert agent.connected
+    assert "/elsewhere" not in [r["path"] for r in answers.requests]  # nor sent elsewhere
 
 
 @pytest.mark.parametrize(("status", "code"), [(410, 0), (403, 3)])

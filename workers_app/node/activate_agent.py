@@ -99,6 +99,16 @@ def verified(key: str, status: int, nonce: str, body: bytes, signature: str) -> 
     return hmac.compare_digest(expected, (signature or "").strip().lower())
 
 
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer like any other (unsigned): not followed anywhere."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+OPENER = urllib.request.build_opener(NoRedirects)
+
+
 class Platform:
     """Signed calls to the platform's agent endpoints (directly or through a relay)."""
 
@@ -127,7 +137,7 @@ class Platform:
             headers={"Content-Type": "application/json", "Authorization": header},
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with OPENER.open(request, timeout=self.timeout) as response:
                 status, answer = response.status, response.read()
                 signature = response.headers.get(SIGNATURE_HEADER, "")
         except urllib.error.HTTPError as exc:
