@@ -199,6 +199,14 @@ def test_the_relay_passes_agent_endpoints_only_and_one_relay_runs_per_cluster(
         assert answer.status_code == 403, path
         assert "only the agent endpoints" in answer.text
     assert httpx.delete(f"{base}/agent/v1/heartbeat", timeout=5).status_code == 403
+    # A call that is not signed as agents sign theirs (a secret in plain text) stops here.
+    unsigned = httpx.post(
+        f"{base}/agent/v1/heartbeat",
+        json={"worker": "w1"},
+        headers={"Authorization": "Bearer a-worker-secret"},
+        timeout=5,
+    )
+    assert unsigned.status_code == 401 and "agent calls are signed" in unsigned.text
 
     # A second supervisor finds the lease taken and starts nothing; when the first dies, it
     # takes over within a lease.
@@ -420,7 +428,6 @@ def other_request(captured: bytes, public_id: str) -> bytes:
     return b"\r\n".join([first, *headers]) + b"\r\n\r\n" + body
 
 
-@pytest.mark.xfail(strict=True, reason="needs signed agent requests (A1)")
 def test_a_neighbour_who_takes_the_relays_port_during_a_restart_gets_nothing_of_use(
     relay_platform: Platform, relay_environment: Environment, user, ssh_target: SshTarget
 ) -> None:
@@ -458,18 +465,28 @@ def test_a_neighbour_who_takes_the_relays_port_during_a_restart_gets_nothing_of_
     wait_relay_up(relay_environment, platform, repairs=repairs + 1)
     assert relay_row(relay_environment).address == relay.address
 
-    # Whatever it caught is refused by the platform: replayed as it was, or made into another
-    # request with the same credentials.
-    for request in captured:
-        assert send_raw(relay.address, request) not in range(200, 300), request[:200]
-        made_up = other_request(request, workers[0].public_id)
-        assert send_raw(relay.address, made_up) not in range(200, 300), made_up[:200]
-    assert not Worker.objects.filter(node_hostname="elsewhere.example").exists()
-
-    # Every agent kept going, and every worker stayed connected.
+    # Every agent kept going through the relay that is back, and every worker stayed connected.
     hold_and_watch(workers, HEARTBEAT_TIMEOUT + 2)
     assert {w.public_id: agent_pids(w.public_id) for w in workers} == agents
+
+    # Then whatever it caught is refused by the platform: sent on late (the platform never saw
+    # it: the agent signed a new call for each retry, and later ones were accepted), sent again,
+    # or made into another request with the same credentials.
+    for request in captured:
+        late = send_raw(relay.address, request)
+        again = send_raw(relay.address, request)
+        made_up = send_raw(relay.address, other_request(request, workers[0].public_id))
+        assert late not in range(200, 300), f"a held-back call was accepted: {request[:200]!r}"
+        assert again not in range(200, 300), f"a replay was accepted: {request[:200]!r}"
+        assert made_up not in range(200, 300), f"an altered call was accepted: {request[:200]!r}"
+    assert not Worker.objects.filter(node_hostname="elsewhere.example").exists()
+    hold_and_watch(workers, 2)
     assert changes(workers) == events_before, "a worker changed status"
+    print(
+        f"\nthe neighbour held the relay's port for {3 * HEARTBEAT_INTERVAL + 1:g}s and caught "
+        f"{len(captured)} calls, each refused when sent on late, replayed or altered; no worker "
+        f"changed status"
+    )
     for worker in workers:
         services.delete_worker(worker)
     wait_for(lambda: statuses(workers) == [S.STOPPED] * 2, timeout=60)

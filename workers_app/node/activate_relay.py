@@ -31,6 +31,9 @@ import time
 
 AGENT_PATH = re.compile(r"^/agent/[A-Za-z0-9._~/-]*$")
 METHODS = ("GET", "POST")
+# Agents sign every call they make (the platform's ``agents/signing.py``); anything else that
+# would change something is refused here, before it leaves the login host.
+SIGNED_SCHEME = "ActivateHMAC "
 MAX_HEAD = 8192
 MAX_BODY = 65536
 MAX_RESPONSE = 1048576
@@ -110,6 +113,7 @@ def checked_request(head: bytes, host: str) -> tuple:
         raise Refusal(403, "Forbidden", "only the agent endpoints are relayed")
     headers = []
     length = 0
+    signed = False
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
@@ -124,9 +128,13 @@ def checked_request(head: bytes, host: str) -> tuple:
             length = int(value)
             if length > MAX_BODY:
                 raise Refusal(413, "Payload Too Large", "request body too large")
+        if lowered == "authorization":
+            signed = value.strip().startswith(SIGNED_SCHEME)
         if lowered in DROPPED_HEADERS:
             continue
         headers.append(line)
+    if method == "POST" and not signed:
+        raise Refusal(401, "Unauthorized", "agent calls are signed")
     request_line = "%s %s %s" % (method, target, version)
     headers += ["Host: " + host, "Connection: close"]
     out = "\r\n".join([request_line, *headers]) + "\r\n\r\n"
