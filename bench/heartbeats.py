@@ -96,6 +96,8 @@ def _connected_agents(count: int, url: str, secret_key: str) -> list[SignedAgent
             job_id = str(FAKE_JOB_IDS + i)
             if not lifecycle.mark_submitted(worker, job_id=job_id):
                 raise HarnessError("could not mark a benchmark worker submitted")
+            # As a poll leaves it once the scheduler shows the job on a node, which connect takes.
+            lifecycle.mark_started(worker, hostname="bench-node")
             answer = agent.post(
                 client,
                 "/agent/v1/connect",

@@ -77,6 +77,8 @@ def _agents(count: int, url: str) -> list[SignedAgent]:
             agent = SignedAgent(worker.public_id, key.key_id, key.key)
             if not lifecycle.mark_submitted(worker, job_id=str(FAKE_JOB_IDS + i)):
                 raise HarnessError("could not mark a benchmark worker submitted")
+            # As a poll leaves it once the scheduler shows the job on a node, which connect takes.
+            lifecycle.mark_started(worker, hostname="bench-node")
             answer = agent.post(
                 client,
                 "/agent/v1/connect",
