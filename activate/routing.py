@@ -15,10 +15,9 @@ from sessions_app.origins import (
     RefuseSessionOrigins,
     SessionHttpGate,
     SessionWebSocketGate,
-    on_session_host,
+    serves,
 )
 from sessions_app.proxy.http_proxy import SessionHttpProxy
-from sessions_app.proxy.target import PREFIX as SESSION_PREFIX
 from sessions_app.proxy.websocket_proxy import SessionWebSocketProxy
 from workers_app.terminals.consumer import TerminalConsumer
 
@@ -41,7 +40,7 @@ class HttpRouter:
         self.sessions = SessionHttpGate(SessionHttpProxy())
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["path"].startswith(SESSION_PREFIX) or on_session_host(scope):
+        if serves(scope):
             await self.sessions(scope, receive, send)
         else:
             await self.django_app(scope, receive, send)

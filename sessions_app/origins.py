@@ -4,12 +4,16 @@ What a session's program serves is not trusted (a neighbour on the node may be t
 answering), so it is never served on the platform's origin: there it could call the API, open
 terminals and read the platform's cookies as its owner. Instead:
 
-- On the platform's host, ``/s/<id>/...`` for its owner's browser is a one-time handoff: a token
-  (random, in Redis for ``HANDOFF_SECONDS``, bound to the user, the session, the platform
-  session and the path asked for) and a redirect to ``HANDOFF_PATH`` on the session's host.
-- The session's host takes the token once and sets a cookie for that host alone (no Domain,
-  HttpOnly, SameSite=Lax) holding a credential of its own (in Redis, bound to the same user,
-  session and platform session: logging out of the platform ends it too).
+- A browser asking the platform for ``/s/<id>/...`` is sent to the same path on the session's
+  host. Without that host's cookie, the host sets a state cookie of its own (random, for this
+  browser alone) and sends the browser to the platform's ``HANDOFF_PATH`` with it.
+- There the owner, logged in, gets a one-time token (random, in Redis for ``HANDOFF_SECONDS``,
+  bound to the user, the session, the platform session, the state and the path asked for) and a
+  redirect to ``HANDOFF_PATH`` on the session's host.
+- The session's host takes the token once, if the browser holds its state (so no one can send
+  someone else into their own session with a token of theirs), and sets a cookie for that host
+  alone (no Domain, HttpOnly, SameSite=Lax) holding a credential of its own (in Redis, bound to
+  the same user, session and platform session: logging out of the platform ends it too).
 - On a session's host that cookie is the only credential, only ``/s/<id>/`` (its own id) and
   the handoff are served, requests that another site's page starts are refused, and neither
   that cookie nor the platform's reach the node. The platform refuses requests and WebSockets
@@ -29,7 +33,7 @@ import re
 import secrets
 from importlib import import_module
 from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -46,7 +50,10 @@ log = logging.getLogger(__name__)
 HANDOFF_PATH = "/_activate/handoff"
 # Long enough for a redirect on a slow link; the token is taken at its first use anyway.
 HANDOFF_SECONDS = 30
+# Long enough to log in to the platform on the way.
+STATE_SECONDS = 600
 COOKIE = "activate_session"
+STATE_COOKIE = "activate_state"
 PUBLIC_ID = re.compile(r"[a-z0-9]{1,16}")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 # Sec-Fetch-Site values of requests a page of the session's own origin (or the user) started.
@@ -61,10 +68,16 @@ def isolated() -> bool:
     return bool(settings.ACTIVATE_SESSION_DOMAIN)
 
 
-def cookie_name() -> str:
+def cookie_name(name: str = COOKIE) -> str:
     # Over https the __Host- prefix makes browsers refuse the cookie from anywhere but this
     # host, with a Domain, or without Secure: a sibling session's page cannot plant one.
-    return f"__Host-{COOKIE}" if _public().scheme == "https" else COOKIE
+    return f"__Host-{name}" if _public().scheme == "https" else name
+
+
+def _set_cookie(name: str, value: str, max_age: int | None = None) -> bytes:
+    secure = "; Secure" if _public().scheme == "https" else ""
+    age = f"; Max-Age={max_age}" if max_age is not None else ""
+    return f"{cookie_name(name)}={value}; Path=/; HttpOnly; SameSite=Lax{age}{secure}".encode()
 
 
 def _public() -> Any:
@@ -99,6 +112,13 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def serves(scope: Scope) -> bool:
+    """Whether a request is the sessions' (else Django's): a session's path or host, or the
+    platform's end of the handoff."""
+    path = scope["path"]
+    return path.startswith(PREFIX) or path == HANDOFF_PATH or on_session_host(scope) is not None
+
+
 def on_session_host(scope: Scope) -> str | None:
     """The session whose host a request came to, if any."""
     return session_id_of_host(_header(scope, b"host") or "")
@@ -121,30 +141,34 @@ def _key(kind: str, secret: str) -> str:
     return f"activate:session-{kind}:{settings.ACTIVATE_INSTALLATION_ID}:{digest}"
 
 
-def create_handoff(user: Any, public_id: str, platform_session: str, next_path: str) -> str | None:
+def create_handoff(
+    user: Any, public_id: str, platform_session: str, *, state: str, next_path: str
+) -> str | None:
     """A one-time token that opens ``public_id`` on its own origin for ``user``, its owner
-    (None for anyone else)."""
-    if find_session(user, public_id) is None:
+    (None for anyone else), in the browser that holds ``state``."""
+    if find_session(user, public_id) is None or not state:
         return None
     token = secrets.token_urlsafe(32)
     record = {
         "user": user.pk,
         "session": public_id,
         "platform_session": platform_session,
+        "state": state,
         "next": next_path,
     }
     redis_client().set(_key("handoff", token), json.dumps(record), ex=HANDOFF_SECONDS)
     return token
 
 
-def take_handoff(token: str, public_id: str) -> tuple[str, str] | None:
+def take_handoff(token: str, public_id: str, state: str) -> tuple[str, str] | None:
     """Takes the token (once: it is gone after this call, whoever calls); returns a new
-    credential for this session's host, and where to go next."""
+    credential for this session's host, and where to go next, if the browser holds the state
+    the token was made for."""
     raw = redis_client().getdel(_key("handoff", token)) if token else None
     if raw is None:
         return None
     record = json.loads(raw)
-    if record["session"] != public_id:
+    if record["session"] != public_id or not secrets.compare_digest(record["state"], state):
         return None
     credential = secrets.token_urlsafe(32)
     kept = {k: record[k] for k in ("user", "session", "platform_session")}
@@ -183,7 +207,8 @@ def _cookies(scope: Scope) -> list[tuple[str, str]]:
 def without_credentials(scope: Scope) -> list[tuple[bytes, bytes]]:
     """The request's headers minus every credential of ours: the session host's cookie, any
     of the platform's (a sibling page may have planted one), and Authorization."""
-    ours = {cookie_name(), settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+    ours = {cookie_name(), cookie_name(STATE_COOKIE)}
+    ours |= {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
     kept = [(n, v) for n, v in _cookies(scope) if n not in ours]
     headers = [
         (bytes(k), bytes(v))
@@ -193,6 +218,10 @@ def without_credentials(scope: Scope) -> list[tuple[bytes, bytes]]:
     if kept:
         headers.append((b"cookie", "; ".join(f"{n}={v}" for n, v in kept).encode("latin-1")))
     return headers
+
+
+def _cookie(scope: Scope, name: str) -> str:
+    return next((v for n, v in _cookies(scope) if n == name), "")
 
 
 @database_sync_to_async
@@ -258,7 +287,7 @@ def _started_elsewhere(scope: Scope, public_id: str) -> bool:
 
 class SessionHttpGate:
     """Every HTTP request for a session: on a session's host, its proxy behind that host's
-    cookie; on the platform's host, the handoff (browsers) or the proxy (API keys, or when
+    cookie; on the platform's host, the way there (browsers) or the proxy (API keys, or when
     sessions are served by path)."""
 
     def __init__(self, proxy: Any) -> None:
@@ -274,23 +303,39 @@ class SessionHttpGate:
 
     async def _platform(self, scope: Scope, receive: Any, send: Any) -> None:
         if not isolated() or scope.get("auth") == "api_key":
-            await self.proxy(scope, receive, send)
+            if scope["path"].startswith(PREFIX):
+                await self.proxy(scope, receive, send)
+            else:
+                await _plain(send, 404, "Not found.")
             return
-        match = PATH.match(scope["path"])
-        user = scope.get("user")
-        if match is None:
+        if scope["method"] not in ("GET", "HEAD"):
+            await _plain(send, 404, "Sessions are served on origins of their own.")
+        elif scope["path"] == HANDOFF_PATH:
+            await self._hand_over(scope, send)
+        elif (match := PATH.match(scope["path"])) is not None:
+            there = session_origin(match["public_id"]) + _full_path(scope)
+            await _plain(send, 302, "", [(b"location", there.encode())])
+        else:
             await _plain(send, 404, "Not found.")
-        elif user is None or not user.is_authenticated:
+
+    async def _hand_over(self, scope: Scope, send: Any) -> None:
+        user = scope.get("user")
+        if user is None or not user.is_authenticated:
             login = f"{resolve_url(settings.LOGIN_URL)}?next={quote(_full_path(scope))}"
             await _plain(send, 302, "Log in first.", [(b"location", login.encode())])
-        elif scope["method"] not in ("GET", "HEAD"):
-            await _plain(send, 404, "Sessions are served on origins of their own.")
-        else:
-            await self._hand_over(match["public_id"], scope, send)
-
-    async def _hand_over(self, public_id: str, scope: Scope, send: Any) -> None:
-        platform_session = scope["session"].session_key or ""
-        token = await _create_handoff(scope["user"], public_id, platform_session, _full_path(scope))
+            return
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        public_id, state, next_path = (
+            (query.get(name) or [""])[0] for name in ("session", "state", "next")
+        )
+        # A path on the session's host, as its raw request line had it.
+        match = PATH.match(next_path) if next_path.isprintable() and " " not in next_path else None
+        token = None
+        if match is not None and match["public_id"] == public_id:
+            platform_session = scope["session"].session_key or ""
+            token = await _create_handoff(
+                user, public_id, platform_session, state=state, next_path=next_path
+            )
         if token is None:
             await _plain(send, 404, "Not found.")
             return
@@ -310,28 +355,39 @@ class SessionHttpGate:
             return
         user = await _user_from_cookie(scope, public_id)
         if user is None:
-            if scope["method"] in ("GET", "HEAD"):
-                # Through the platform again: it logs the owner in and hands over anew.
-                again = (settings.ACTIVATE_PUBLIC_URL + _full_path(scope)).encode()
-                await _plain(send, 302, "Open it from the platform.", [(b"location", again)])
-            else:
-                await _plain(send, 403, "Open this session from the platform first.")
+            await self._ask_platform(public_id, scope, send)
             return
         headers = without_credentials(scope)
         inner = dict(scope, user=user, auth="session", origin_refused=False, headers=headers)
         await self.proxy(inner, receive, send)
 
+    async def _ask_platform(self, public_id: str, scope: Scope, send: Any) -> None:
+        """No credential here: a navigation goes to the platform for one, with a state that
+        only this browser holds."""
+        if scope["method"] not in ("GET", "HEAD"):
+            await _plain(send, 403, "Open this session from the platform first.")
+            return
+        state = secrets.token_urlsafe(24)
+        query = urlencode({"session": public_id, "state": state, "next": _full_path(scope)})
+        there = f"{settings.ACTIVATE_PUBLIC_URL}{HANDOFF_PATH}?{query}".encode()
+        cookie = _set_cookie(STATE_COOKIE, state, STATE_SECONDS)
+        await _plain(send, 302, "", [(b"set-cookie", cookie), (b"location", there)])
+
     async def _take(self, public_id: str, scope: Scope, send: Any) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        taken = await _take_handoff((query.get("token") or [""])[0], public_id)
+        token = (query.get("token") or [""])[0]
+        state = _cookie(scope, cookie_name(STATE_COOKIE))
+        taken = await _take_handoff(token, public_id, state)
         if taken is None:
-            await _plain(send, 403, "This link was used or has expired: open the session again.")
+            await _plain(send, 403, "This link was used, has expired or is not yours.")
             return
         credential, next_path = taken
-        secure = "; Secure" if _public().scheme == "https" else ""
-        cookie = f"{cookie_name()}={credential}; Path=/; HttpOnly; SameSite=Lax{secure}"
         log.info("session %s: handed over to its own origin", public_id)
-        headers = [(b"set-cookie", cookie.encode()), (b"location", next_path.encode())]
+        headers = [
+            (b"set-cookie", _set_cookie(COOKIE, credential)),
+            (b"set-cookie", _set_cookie(STATE_COOKIE, "", 0)),
+            (b"location", next_path.encode()),
+        ]
         await _plain(send, 302, "", headers)
 
 

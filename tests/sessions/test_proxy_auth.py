@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from sessions_app.statuses import SessionStatus
-from tests.sessions.test_session_origins import credential_cookie, handed_over, host_of, take
+from tests.sessions.test_session_origins import (
+    credential_cookie,
+    handed_over,
+    host_of,
+    origin_of,
+    take,
+)
 from tests.sessions.test_session_rules import connected_worker, proxied, session_on
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,6 +31,8 @@ def test_a_programs_own_authorization_header_leaves_the_owners_browser_session_i
         f"/s/{session.public_id}/api/me", [*headers, (b"authorization", b"token x")], "http"
     )
     assert (page["status"], dict(page["headers"]).get(b"retry-after")) == (503, b"2")
+    # Without it, a browser is sent on to the session's host (which sends it to log in).
     anonymous = proxied(f"/s/{session.public_id}/api/me", [(b"host", b"testserver")], "http")
     assert anonymous["status"] == 302
-    assert dict(anonymous["headers"])[b"location"].startswith(b"/login/?next=/s/")
+    there = dict(anonymous["headers"])[b"location"]
+    assert there == f"{origin_of(session.public_id)}/s/{session.public_id}/api/me".encode()

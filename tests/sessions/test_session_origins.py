@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -84,22 +85,45 @@ def origin_of(public_id: str) -> str:
 PLATFORM_HOST = urlsplit(settings.ACTIVATE_PUBLIC_URL).netloc.encode()
 
 
-def handed_over(user: Any, public_id: str, path: str = "") -> str:
-    """The platform's redirect for ``user`` asking for the session: the handoff's address."""
+@dataclass(frozen=True)
+class Handoff:
+    """Where the platform sent the browser with its token, and the state cookie the session's
+    host gave that browser on the way."""
+
+    location: str
+    state: bytes
+
+
+def handed_over(user: Any, public_id: str, path: str = "", platform: bytes = b"") -> Handoff:
+    """A browser of ``user``'s asking the platform for the session: the way to its handoff."""
     asked = path or f"/s/{public_id}/"
-    status, headers, _ = call(asked, [(b"host", PLATFORM_HOST), (b"cookie", platform_cookie(user))])
+    logged_in = [(b"host", PLATFORM_HOST), (b"cookie", platform or platform_cookie(user))]
+    # The platform sends it to the session's host ...
+    status, headers, _ = call(asked, logged_in)
+    assert (status, headers[b"location"]) == (302, (origin_of(public_id) + asked).encode())
+    # ... which, without its cookie, gives it a state and sends it back for a handoff ...
+    status, headers, set_cookies = call(asked, [(b"host", host_of(public_id))])
     assert status == 302, status
-    return headers[b"location"].decode()
+    back = urlsplit(headers[b"location"].decode())
+    assert f"{back.scheme}://{back.netloc}" == settings.ACTIVATE_PUBLIC_URL
+    # ... where its owner gets a token for that state.
+    status, headers, _ = call(back.path, logged_in, query=back.query.encode())
+    assert status == 302, status
+    return Handoff(headers[b"location"].decode(), credential_cookie(set_cookies))
 
 
-def take(location: str) -> tuple[int, dict[bytes, bytes], list[bytes]]:
-    parts = urlsplit(location)
-    return call(parts.path, [(b"host", parts.netloc.encode())], query=parts.query.encode())
+def take(
+    handoff: Handoff, state: bytes | None = None
+) -> tuple[int, dict[bytes, bytes], list[bytes]]:
+    """The session's host taking the token, in the browser that holds ``state``."""
+    parts = urlsplit(handoff.location)
+    held = handoff.state if state is None else state
+    headers = [(b"host", parts.netloc.encode()), *([(b"cookie", held)] if held else [])]
+    return call(parts.path, headers, query=parts.query.encode())
 
 
 def credential_cookie(set_cookies: list[bytes]) -> bytes:
-    (cookie,) = set_cookies
-    return cookie.split(b";")[0]
+    return set_cookies[0].split(b";")[0]
 
 
 def test_the_default_puts_each_session_on_a_host_of_its_own_under_localhost() -> None:
@@ -115,15 +139,15 @@ def test_the_handoff_opens_the_session_on_its_own_host_once_with_a_cookie_for_th
     sid = session.public_id
 
     # When: her browser asks the platform for the session's page.
-    location = handed_over(user, sid, f"/s/{sid}/vnc.html")
+    handoff = handed_over(user, sid, f"/s/{sid}/vnc.html")
 
-    # Then: it is sent to the session's own origin with a one-time token.
-    parts = urlsplit(location)
+    # Then: it reaches the session's own origin with a one-time token.
+    parts = urlsplit(handoff.location)
     assert f"{parts.scheme}://{parts.netloc}" == origin_of(sid)
     assert parts.path == "/_activate/handoff" and parts.query.startswith("token=")
 
     # When: the session's host takes the token.
-    status, headers, set_cookies = take(location)
+    status, headers, set_cookies = take(handoff)
     # Then: a cookie for this host alone, out of scripts' reach, and on to the page asked for.
     assert (status, headers[b"location"]) == (302, f"/s/{sid}/vnc.html".encode())
     attributes = [a.strip().lower() for a in set_cookies[0].split(b";")]
@@ -136,7 +160,7 @@ def test_the_handoff_opens_the_session_on_its_own_host_once_with_a_cookie_for_th
     assert call(f"/s/{sid}/vnc.html", on_host)[0] == 503
 
     # The same token a second time opens nothing.
-    assert take(location)[0] == 403
+    assert take(handoff)[0] == 403
 
 
 def test_a_token_or_cookie_opens_only_its_own_session_and_only_for_its_owner(
@@ -144,28 +168,38 @@ def test_a_token_or_cookie_opens_only_its_own_session_and_only_for_its_owner(
 ) -> None:
     alices = session_on(connected_worker(user), status=SessionStatus.PENDING)
     bobs = session_on(connected_worker(other_user), status=SessionStatus.PENDING)
+    alice, bob = platform_cookie(user), platform_cookie(other_user)
 
-    # Bob asking the platform for alice's session gets 404, and no handoff.
-    bob = [(b"host", PLATFORM_HOST), (b"cookie", platform_cookie(other_user))]
-    assert call(f"/s/{alices.public_id}/", bob)[0] == 404
+    # Bob asking the platform for a handoff to alice's session gets 404, and no token.
+    _, headers, _ = call(f"/s/{alices.public_id}/", [(b"host", host_of(alices.public_id))])
+    back = urlsplit(headers[b"location"].decode())
+    as_bob = [(b"host", PLATFORM_HOST), (b"cookie", bob)]
+    assert call(back.path, as_bob, query=back.query.encode())[0] == 404
 
-    # Bob's own token taken on alice's session's host opens nothing.
-    bobs_handoff = urlsplit(handed_over(other_user, bobs.public_id))
-    wrong_host = [(b"host", host_of(alices.public_id))]
-    assert call(bobs_handoff.path, wrong_host, query=bobs_handoff.query.encode())[0] == 403
+    # Bob's own token, taken on alice's session's host, opens nothing.
+    bobs_handoff = handed_over(other_user, bobs.public_id, platform=bob)
+    moved = bobs_handoff.location.replace(bobs.public_id, alices.public_id, 1)
+    assert take(Handoff(moved, bobs_handoff.state))[0] == 403
+
+    # Bob's token sent to alice (a link in a message) does not put her in his session: her
+    # browser holds no state of his.
+    bobs_handoff = handed_over(other_user, bobs.public_id, platform=bob)
+    assert take(bobs_handoff, state=b"")[0] == 403
+    # Nor if she holds a state for his session's host (she was sent there before).
+    bobs_handoff = handed_over(other_user, bobs.public_id, platform=bob)
+    _, _, set_cookies = call(f"/s/{bobs.public_id}/", [(b"host", host_of(bobs.public_id))])
+    status, _, given = take(bobs_handoff, state=credential_cookie(set_cookies))
+    assert (status, given) == (403, [])
 
     # Bob's cookie for his own session's host does not open alice's.
-    _, _, set_cookies = take(handed_over(other_user, bobs.public_id))
+    _, _, set_cookies = take(handed_over(other_user, bobs.public_id, platform=bob))
     bobs_cookie = credential_cookie(set_cookies)
     on_alices = [(b"host", host_of(alices.public_id)), (b"cookie", bobs_cookie)]
     status, headers, _ = call(f"/s/{alices.public_id}/vnc.html", on_alices)
-    # (sent back through the platform, which answers bob 404)
+    # (sent to the platform for a handoff, which answers bob 404)
     assert status == 302 and headers[b"location"].startswith(settings.ACTIVATE_PUBLIC_URL.encode())
-    # ... and his platform cookie is no credential on a session's host either.
-    with_platform_cookie = [
-        (b"host", host_of(alices.public_id)),
-        (b"cookie", platform_cookie(user)),
-    ]
+    # ... and a platform cookie is no credential on a session's host either.
+    with_platform_cookie = [(b"host", host_of(alices.public_id)), (b"cookie", alice)]
     assert call(f"/s/{alices.public_id}/vnc.html", with_platform_cookie)[0] == 302
 
 
@@ -228,9 +262,7 @@ def test_logging_out_of_the_platform_ends_the_sessions_cookie(user: Any) -> None
     client = Client()
     client.force_login(user)
     cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
-    asked = [(b"host", PLATFORM_HOST), (b"cookie", cookie.encode())]
-    _, headers, _ = call(f"/s/{sid}/", asked)
-    _, _, set_cookies = take(headers[b"location"].decode())
+    _, _, set_cookies = take(handed_over(user, sid, platform=cookie.encode()))
     on_host = [(b"host", host_of(sid)), (b"cookie", credential_cookie(set_cookies))]
     assert call(f"/s/{sid}/vnc.html", on_host)[0] == 503
     client.post("/logout/")

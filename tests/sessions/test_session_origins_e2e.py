@@ -125,19 +125,24 @@ def test_a_session_opens_on_its_own_origin_where_its_page_gets_nothing_of_the_pl
     assert bob.goto(platform + str(href)).status == 404
     assert bob.goto(f"http://{own_host}/s/{sid}/").status == 404
 
-    # How long the handoff takes: the platform's address (two redirects) against the session's.
-    def median_load(url: str) -> float:
+    # What the way through the platform costs: the first opening in a browser takes the handoff
+    # (four redirects), later ones a redirect; against the session's own address.
+    def median_load(url: str, *, forget: bool = False) -> float:
         took = []
         for _ in range(10):
+            if forget:
+                page.context.clear_cookies(domain=f"{sid}.localhost")
             started = time.monotonic()
             assert page.goto(url).status == 200
             took.append(time.monotonic() - started)
         return sorted(took)[5]
 
-    through_platform = median_load(f"{platform}/s/{sid}/vnc.html")
+    first = median_load(f"{platform}/s/{sid}/vnc.html", forget=True)
+    later = median_load(f"{platform}/s/{sid}/vnc.html")
     direct = median_load(f"http://{own_host}/s/{sid}/vnc.html")
     print(
-        f"vnc.html: {through_platform * 1000:.0f} ms through the platform's handoff, "
-        f"{direct * 1000:.0f} ms on the session's own origin (medians of 10)"
+        f"vnc.html (medians of 10): {first * 1000:.0f} ms opened first through the platform "
+        f"(the handoff), {later * 1000:.0f} ms opened again, {direct * 1000:.0f} ms on its own "
+        "origin"
     )
     pw("sessions", "stop", sid)
