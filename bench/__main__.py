@@ -80,6 +80,7 @@ class Benchmarks(Suite[Outcome]):
         group = parser.add_argument_group("proxy")
         group.add_argument("--proxy-rounds", type=int, default=3)
         group.add_argument("--proxy-quiet", type=float, default=8, help="seconds per quiet round")
+        group.add_argument("--proxy-uploads", type=int, default=4, help="64 MiB uploads per round")
 
     def runners(self, args: argparse.Namespace) -> dict[str, Callable[[SshTarget], Outcome]]:
         return {
@@ -117,7 +118,7 @@ class Benchmarks(Suite[Outcome]):
                 rounds=args.terminal_rounds,
             ),
             "proxy": lambda t: proxy_upload.run(
-                t, rounds=args.proxy_rounds, quiet=args.proxy_quiet
+                t, rounds=args.proxy_rounds, quiet=args.proxy_quiet, uploads=args.proxy_uploads
             ),
         }
 
