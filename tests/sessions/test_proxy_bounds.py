@@ -378,6 +378,9 @@ def test_websocket_messages_over_the_size_limit_close_the_socket_either_way(
         await other.receive_output(TIMEOUT)
         await other.send_input({"type": "websocket.receive", "bytes": b"q" * 2048})
         from_browser = await other.receive_output(TIMEOUT)
+        for communicator in (socket_, other):
+            await communicator.send_input({"type": "websocket.disconnect", "code": 1009})
+            await communicator.wait(TIMEOUT)
         return hello, from_program, from_browser
 
     hello, from_program, from_browser = async_to_sync(run)()
