@@ -77,6 +77,9 @@ def _launcher_input(session: Session) -> str:
 def launch(session: Session) -> Launched:
     """Start the session's program and wait until its port answers through the tunnel."""
     worker = session.worker
+    # The node the scheduler reports, never what the node's side says about itself.
+    if not worker.node_hostname:
+        raise LaunchFailed("the scheduler has not reported the worker's node")
     adapter = adapter_for_worker(worker)
     step = adapter.interactive_command(worker.scheduler_job_id, _launcher_argv(session), pty=False)
     base = f"{STATE_DIR}/{session.public_id}"
@@ -95,7 +98,7 @@ def launch(session: Session) -> Launched:
     finally:
         # The step's client keeps writing to its output file unlinked: nothing is left behind.
         connection.run(["sh", "-c", f"rm -f {base}.in {base}.out"])
-    host = worker.node_hostname or str(report.get("host", ""))
+    host = worker.node_hostname
     port, pid = int(str(report["port"])), int(str(report["pid"]))
     kind = kinds.get(session.session_type)
     deadline = time.monotonic() + 30
