@@ -1,14 +1,16 @@
-"""Proxy upload: another session's requests and a bare request to the web server while one
-session takes a 64 MiB upload through the same web server process, against the same without it.
+"""Proxy upload: another session's requests, a bare request to the web server and heartbeats
+while one session takes 64 MiB uploads through the same web server process, against the same
+without them.
 
 One real worker on the test Slurm and two JupyterLab sessions on it, reached through the web
 server's session proxy (uvicorn, one process, so every request below meets the upload on one
 event loop) and the owner's SSH channels. The upload is a real one: JupyterLab's
 `PUT api/contents/<file>` with the file base64 in JSON, 64 MiB on the wire. Meanwhile a client
 asks the other session for `api/status`, another asks the web server for a session that does not
-exist (answered on the event loop: what it waits for is the loop). Heartbeats go to the agents'
-server, another process, which no proxied byte passes through. Rounds alternate quiet and
-upload, so drift of a noisy machine falls on both sides.
+exist (answered on the event loop: what it waits for is the loop), and the worker's own agent's
+key signs heartbeats to the agents' server (another process, which no proxied byte passes
+through: what they can lose is the machine's CPU). Rounds alternate quiet and upload, so
+drift of a noisy machine falls on both sides.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import httpx
 
 from bench.report import Goal, Outcome, Table, millis, percentile
 from harness import HarnessError
+from harness.agents import SignedAgent, signed_agent
 from harness.cluster import SshTarget
 from harness.objects import RUN_ENVIRONMENT, end_run, job_name, run_user, start_afresh
 from harness.platform import NO_RECONCILE, Platform
@@ -36,8 +39,8 @@ NAME = "proxy"
 BODY = 64 * 1024 * 1024
 CHUNK = 256 * 1024
 FILE = "bench-proxy-upload.bin"
-PROBES = ("other session", "bare request")
-RATES = {"other session": 10.0, "bare request": 20.0}
+PROBES = ("other session", "bare request", "heartbeat")
+RATES = {"other session": 10.0, "bare request": 20.0, "heartbeat": 20.0}
 GOAL_STALL = 0.050
 
 
@@ -89,6 +92,7 @@ def _probes(
     platform: Platform,
     key: str,
     other: dict[str, str],
+    agents: list[SignedAgent],
     stop: threading.Event,
     into: Round,
 ) -> list[threading.Thread]:
@@ -109,6 +113,13 @@ def _probes(
                     into.latencies.setdefault(probe, []).append(took)
                     into.errors += not ok
 
+    turn = [0]
+
+    def beat(client: httpx.Client) -> bool:
+        agent = agents[turn[0] % len(agents)]
+        turn[0] += 1
+        return agent.post(client, "/agent/v1/heartbeat").status_code == 200
+
     acts: list[tuple[str, str, Callable[[httpx.Client], bool]]] = [
         (
             "other session",
@@ -117,6 +128,7 @@ def _probes(
         ),
         # No such session and no credentials: the proxy answers it on the event loop.
         ("bare request", platform.url, lambda c: c.get("/s/0/").status_code == 302),
+        ("heartbeat", platform.agent_url, beat),
     ]
     threads = [
         threading.Thread(target=paced, args=act, daemon=True, name=f"probe-{act[0]}")
@@ -131,6 +143,7 @@ def _round(
     platform: Platform,
     key: str,
     sessions: tuple[dict[str, str], dict[str, str]],
+    agents: list[SignedAgent],
     body: bytes | None,
     quiet: float,
     uploads: int = 1,
@@ -138,7 +151,7 @@ def _round(
     target, other = sessions
     result = Round(upload=body is not None)
     stop = threading.Event()
-    threads = _probes(platform, key, other, stop, result)
+    threads = _probes(platform, key, other, agents, stop, result)
     started = time.perf_counter()
     try:
         if body is None:
@@ -201,11 +214,15 @@ def run(target: SshTarget, *, rounds: int = 3, quiet: float = 8.0, uploads: int 
 
             wait_for(is_connected, timeout=120)
             sessions = (_session(api, worker.public_id), _session(api, worker.public_id))
-            _round(platform, key, sessions, None, 3)  # warm-up
+            agent = wait_for(lambda: signed_agent(worker.public_id), timeout=30)
+            if agent is None:
+                raise HarnessError("the worker's agent was not found")
+            agents = [agent]
+            _round(platform, key, sessions, agents, None, 3)  # warm-up
             for number in range(rounds):
                 for upload in (False, True):
                     payload = body if upload else None
-                    result = _round(platform, key, sessions, payload, quiet, uploads)
+                    result = _round(platform, key, sessions, agents, payload, quiet, uploads)
                     results.append(result)
                     print(
                         f"  proxy: round {number + 1}, {'upload' if upload else 'quiet'} "
@@ -245,7 +262,8 @@ def _outcome(results: list[Round], file_size: int, uploads: int) -> Outcome:
         "MiB/s).",
         "probes: another JupyterLab session's api/status (API key, session lookup, a new SSH "
         f"channel) at {RATES['other session']:g}/s, GET /s/0/ with no credentials (answered on "
-        f"the event loop) at {RATES['bare request']:g}/s.",
+        f"the event loop) at {RATES['bare request']:g}/s, heartbeats signed with the "
+        f"worker's own agent's key to the agents' server at {RATES['heartbeat']:g}/s.",
         "web server: uvicorn, one process (test settings); machine: 2 cores of a shared VM, "
         "the node, sshd, Jupyter and the load generator on the same cores.",
     ]
