@@ -12,6 +12,7 @@ import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import redis
 from django.conf import settings
@@ -104,8 +105,7 @@ class AgentIdentity:
     key_hash: str
 
 
-@dataclass(frozen=True)
-class Nonce:
+class Nonce(NamedTuple):
     """What makes a signed request fresh, as Redis remembers it: its nonce's key, the key
     holding the newest request time of its signing key, its own time (microseconds), and how
     many seconds both are kept."""
