@@ -62,6 +62,10 @@ def _signed_call(
 ) -> JsonResponse:
     """Check the request's signature (and remember its nonce unless ``handle`` does), run
     ``handle``, and sign its answer, whatever its status, unless it is a 401."""
+    # Too large to be an agent's call: refused before its signature costs a hash of it.
+    length = request.headers.get("Content-Length") or "0"
+    if not length.isdigit() or int(length) > MAX_BODY:
+        return _refused(AgentRefused(413, "request body too large"))
     try:
         call = signing.verify_request(
             request.headers.get("Authorization", ""),
