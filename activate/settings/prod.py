@@ -24,8 +24,8 @@ if len(SECRET_KEY) < MIN_SECRET_KEY_LENGTH:
         f"ACTIVATE_SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters, "
         f"got {len(SECRET_KEY)}"
     )
-# Agents send their worker's secret with every beat: over plain HTTP only when the operator
-# says so (a private network, a test cluster).
+# Agents' calls are signed (nothing in them works twice), but what they carry (hostnames, job
+# ids) is readable on the way: over plain HTTP only when the operator says so.
 if urlsplit(ACTIVATE_AGENT_URL).scheme != "https" and not env.boolean(
     "ACTIVATE_AGENT_PLAIN_HTTP", False
 ):
