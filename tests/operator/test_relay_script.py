@@ -1,10 +1,13 @@
-"""The login host's relay as it runs there (a python3 process fed its source on stdin), in front of
-a stand-in for the forwarded port that records what reaches it: agent calls pass, one per
-connection, with the platform's Host; anything else is refused before it leaves the relay."""
+"""The login host's relay as it runs there (a python3 process fed its source and the forward's
+proof on stdin), in front of a stand-in for the forwarded port that records what reaches it:
+signed agent calls pass, one per connection, behind the proof and with the platform's Host;
+anything else is refused before it leaves the relay."""
 
 from __future__ import annotations
 
 import os
+import secrets
+import select
 import socket
 import subprocess
 import sys
@@ -20,6 +23,8 @@ from workers_app.node import relay_source
 from workers_app.transport.tunnel import BOOT
 
 UPSTREAM_HOST = "agents.platform.example:8001"
+PROOF = secrets.token_hex(32).encode()
+SIGNED = b"Authorization: ActivateHMAC worker=wabc,key=k1,ts=1,nonce=n,sig=s\r\n"
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
 
 
@@ -56,7 +61,7 @@ class Upstream:
                         length = int(value)
                 while len(body) < length:
                     body += conn.recv(65536)
-                self.received.append(head + b"\r\n\r\n" + body)
+                self.received.append(head + b"\r\n\r\n" + body[:length])
                 conn.sendall(ANSWER)
 
 
@@ -77,7 +82,7 @@ def upstream() -> Iterator[Upstream]:
     server.close()
 
 
-def start_relay(home: Path, forwarded_port: int, tag: str = "test-1") -> Relay:
+def launch(home: Path, forwarded_port: int, tag: str, proof: bytes) -> subprocess.Popen[bytes]:
     source = relay_source().encode()
     argv = [sys.executable, "-c", BOOT, "activate-relay", tag, "127.0.0.1", "0"]
     process = subprocess.Popen(
@@ -87,11 +92,23 @@ def start_relay(home: Path, forwarded_port: int, tag: str = "test-1") -> Relay:
         stderr=subprocess.PIPE,
         env={**os.environ, "HOME": str(home)},
     )
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write(f"{len(source)}\n".encode() + source)
+    assert process.stdin is not None
+    process.stdin.write(f"{len(source)}\n".encode() + source + proof + b"\n")
     process.stdin.flush()
-    ready = process.stdout.readline().decode().split()
-    assert ready[:1] == ["READY"], ready
+    return process
+
+
+def first_line(process: subprocess.Popen[bytes], timeout: float = 10) -> list[str]:
+    assert process.stdout is not None
+    readable, _, _ = select.select([process.stdout], [], [], timeout)
+    assert readable, "the relay printed nothing"
+    return process.stdout.readline().decode().split()
+
+
+def start_relay(home: Path, forwarded_port: int, tag: str = "test-1") -> Relay:
+    process = launch(home, forwarded_port, tag, PROOF)
+    ready = first_line(process)
+    assert ready[:1] == ["READY"] and len(ready) == 3, ready
     return Relay(process=process, port=int(ready[1]), tag=tag, home=home)
 
 
@@ -116,30 +133,69 @@ def status_of(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
 
 
+def behind_proof(sent: bytes) -> bytes:
+    """What followed the proof line, which every forwarded connection must begin with."""
+    assert sent.startswith(PROOF + b"\n"), sent[:80]
+    return sent[len(PROOF) + 1 :]
+
+
 def test_an_agent_call_passes_with_the_platforms_host_and_one_request_per_connection(
     relay: Relay, upstream: Upstream
 ) -> None:
     body = b'{"worker": "wabc"}'
     request = (
         b"POST /agent/v1/heartbeat HTTP/1.1\r\nHost: login1:40123\r\n"
-        b"Authorization: Bearer s3cret\r\nConnection: keep-alive\r\n"
-        b"X-Forwarded-Proto: https\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        + SIGNED
+        + b"Connection: keep-alive\r\n"
+        b"X-Forwarded-Proto: https\r\n" + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
     )
     # A second request on the same connection would dodge the path check: it never passes.
     smuggled = b"GET /admin/ HTTP/1.1\r\nHost: x\r\n\r\n"
     assert exchange(relay, request + smuggled) == ANSWER
     assert len(upstream.received) == 1
-    sent = upstream.received[0]
+    sent = behind_proof(upstream.received[0])
     head, _, sent_body = sent.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     assert lines[0] == b"POST /agent/v1/heartbeat HTTP/1.1"
     assert f"Host: {UPSTREAM_HOST}".encode() in lines
     assert b"Host: login1:40123" not in lines
-    assert b"Authorization: Bearer s3cret" in lines
+    assert SIGNED.rstrip() in lines
     assert b"Connection: close" in lines and b"Connection: keep-alive" not in lines
     assert b"X-Forwarded-Proto: https" not in lines  # only the platform's own proxy says that
     assert sent_body == body
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [b"", b"Authorization: Bearer s3cret\r\n", b"Authorization: Basic YTpi\r\n"],
+)
+def test_a_post_not_signed_as_agents_sign_is_refused_at_the_relay(
+    relay: Relay, upstream: Upstream, authorization: bytes
+) -> None:
+    body = b'{"worker": "wabc"}'
+    answer = exchange(
+        relay,
+        b"POST /agent/v1/heartbeat HTTP/1.1\r\nHost: login1\r\n"
+        + authorization
+        + b"Content-Length: %d\r\n\r\n%s" % (len(body), body),
+    )
+    assert status_of(answer) == 401
+    assert upstream.received == []
+
+
+def test_a_read_passes_behind_the_proof(relay: Relay, upstream: Upstream) -> None:
+    assert exchange(relay, b"GET /agent/v1/ping HTTP/1.1\r\nHost: login1\r\n\r\n") == ANSWER
+    assert behind_proof(upstream.received[0]).startswith(b"GET /agent/v1/ping HTTP/1.1\r\n")
+
+
+@pytest.mark.parametrize("proof", [b"", b"short"])
+def test_without_a_proof_for_the_forward_the_relay_never_listens(
+    tmp_path: Path, upstream: Upstream, proof: bytes
+) -> None:
+    process = launch(tmp_path, upstream.port, "test-1", proof)
+    assert process.wait(timeout=10) == 2
+    assert process.stdout is not None and process.stdout.read() == b""
+    assert not (tmp_path / ".activate" / "relay-test-1.pid").exists()
 
 
 @pytest.mark.parametrize(
