@@ -31,7 +31,12 @@ from bench.report import Goal, Outcome, Table, millis, percentile
 from harness import HarnessError
 from harness.agents import SignedAgent, signed_agent
 from harness.cluster import SshTarget
-from harness.objects import RUN_ENVIRONMENT, end_run, job_name, run_user, start_afresh
+from harness.objects import (
+    connected_worker_via_api,
+    end_run,
+    run_user,
+    start_afresh,
+)
 from harness.platform import NO_RECONCILE, Platform
 from harness.waiting import wait_for
 
@@ -180,8 +185,7 @@ def _round(
 
 
 def run(target: SshTarget, *, rounds: int = 3, quiet: float = 8.0, uploads: int = 4) -> Outcome:
-    from workers_app.models import ApiKey, Worker
-    from workers_app.statuses import WorkerStatus
+    from workers_app.models import ApiKey
 
     start_afresh(target)
     owner = run_user()
@@ -198,21 +202,7 @@ def run(target: SshTarget, *, rounds: int = 3, quiet: float = 8.0, uploads: int 
         platform.start_worker()
         platform.start_beat()
         with platform.api(key, timeout=60) as api:
-            answer = api.post(
-                "/api/workers/", json={"cluster": "bench-slurm", "environment": RUN_ENVIRONMENT}
-            )
-            if answer.status_code != 201:
-                raise HarnessError(f"worker request answered {answer.status_code}: {answer.text}")
-            worker = Worker.objects.get(public_id=answer.json()["id"])
-            names.append(job_name(worker.public_id))
-
-            def is_connected() -> bool:
-                worker.refresh_from_db()
-                if worker.status in {WorkerStatus.ERROR, WorkerStatus.STOPPED}:
-                    raise HarnessError(f"the worker ended: {worker.status_reason}")
-                return worker.status == WorkerStatus.CONNECTED
-
-            wait_for(is_connected, timeout=120)
+            worker = connected_worker_via_api(api, names)
             sessions = (_session(api, worker.public_id), _session(api, worker.public_id))
             agent = wait_for(lambda: signed_agent(worker.public_id), timeout=30)
             if agent is None:

@@ -27,14 +27,12 @@ from harness import REPO, HarnessError
 from harness.agents import SignedAgent
 from harness.cluster import SshTarget
 from harness.objects import (
-    RUN_ENVIRONMENT,
+    connected_worker_via_api,
     end_run,
-    job_name,
     run_user,
     start_afresh,
 )
 from harness.platform import NO_RECONCILE, PRODUCTION_KNOBS, Platform
-from harness.waiting import wait_for
 
 NAME = "terminals"
 API_RATE = 20.0
@@ -194,8 +192,7 @@ def run(
     duration: float = 10,
     rounds: int = 2,
 ) -> Outcome:
-    from workers_app.models import ApiKey, Worker
-    from workers_app.statuses import WorkerStatus
+    from workers_app.models import ApiKey
 
     start_afresh(target)
     owner = run_user()
@@ -219,21 +216,7 @@ def run(
         platform.start_agents()
         platform.start_worker()
         with platform.api(key) as api:
-            answer = api.post(
-                "/api/workers/", json={"cluster": "bench-slurm", "environment": RUN_ENVIRONMENT}
-            )
-        if answer.status_code != 201:
-            raise HarnessError(f"worker request answered {answer.status_code}: {answer.text}")
-        worker = Worker.objects.get(public_id=answer.json()["id"])
-        names.append(job_name(worker.public_id))
-
-        def is_connected() -> bool:
-            worker.refresh_from_db()
-            if worker.status in {WorkerStatus.ERROR, WorkerStatus.STOPPED}:
-                raise HarnessError(f"the worker ended: {worker.status_reason}")
-            return worker.status == WorkerStatus.CONNECTED
-
-        wait_for(is_connected, timeout=120)
+            worker = connected_worker_via_api(api, names)
         agents = _agents(200, platform.agent_url)
         _measure(platform, key, agents, beat_rate, 3)  # warm-up
         shells = Terminals(platform, key, worker.public_id)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from harness.cluster import SshTarget
 
 if TYPE_CHECKING:
+    import httpx
     from django.contrib.auth.models import User
 
     from harness.platform import Platform
@@ -106,3 +107,31 @@ def end_run(platform: Platform, target: SshTarget, names: Iterable[str]) -> None
     platform.stop_all()
     target.cancel_names(names)
     forget_workers()
+
+
+def connected_worker_via_api(
+    api: httpx.Client, names: list[str], *, timeout: float = 120
+) -> Worker:
+    """A worker of the run environment requested over the API as a user would, once its agent
+    connected; its job name goes into ``names`` at once so the run's clean-up finds it."""
+    from harness import HarnessError
+    from harness.waiting import wait_for
+    from workers_app.models import Worker
+    from workers_app.statuses import WorkerStatus
+
+    answer = api.post(
+        "/api/workers/", json={"cluster": CLUSTER_NAME, "environment": RUN_ENVIRONMENT}
+    )
+    if answer.status_code != 201:
+        raise HarnessError(f"worker request answered {answer.status_code}: {answer.text}")
+    worker = Worker.objects.get(public_id=answer.json()["id"])
+    names.append(job_name(worker.public_id))
+
+    def is_connected() -> bool:
+        worker.refresh_from_db()
+        if worker.status in {WorkerStatus.ERROR, WorkerStatus.STOPPED}:
+            raise HarnessError(f"the worker ended: {worker.status_reason}")
+        return worker.status == WorkerStatus.CONNECTED
+
+    wait_for(is_connected, timeout=timeout)
+    return worker

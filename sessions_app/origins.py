@@ -41,6 +41,7 @@ from django.contrib.auth import SESSION_KEY, get_user_model
 from django.shortcuts import resolve_url
 
 from activate.websocket_auth import Scope, WebSocketAuthMiddleware
+from sessions_app.proxy.http_proxy import plain
 from sessions_app.proxy.target import PATH, PREFIX
 from sessions_app.services import find_session
 from workers_app.redis_connection import redis_client
@@ -241,26 +242,6 @@ _take_handoff = database_sync_to_async(take_handoff)
 # -- ASGI ---------------------------------------------------------------------------------
 
 
-async def _plain(
-    send: Any, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    body = text.encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-                (b"cache-control", b"no-store"),
-                (b"referrer-policy", b"no-referrer"),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 def _full_path(scope: Scope) -> str:
     """The path and query as the browser sent them (still percent-encoded)."""
     raw = scope.get("raw_path")
@@ -306,23 +287,23 @@ class SessionHttpGate:
             if scope["path"].startswith(PREFIX):
                 await self.proxy(scope, receive, send)
             else:
-                await _plain(send, 404, "Not found.")
+                await plain(send, 404, "Not found.")
             return
         if scope["method"] not in ("GET", "HEAD"):
-            await _plain(send, 404, "Sessions are served on origins of their own.")
+            await plain(send, 404, "Sessions are served on origins of their own.")
         elif scope["path"] == HANDOFF_PATH:
             await self._hand_over(scope, send)
         elif (match := PATH.match(scope["path"])) is not None:
             there = session_origin(match["public_id"]) + _full_path(scope)
-            await _plain(send, 302, "", [(b"location", there.encode())])
+            await plain(send, 302, "", [(b"location", there.encode())])
         else:
-            await _plain(send, 404, "Not found.")
+            await plain(send, 404, "Not found.")
 
     async def _hand_over(self, scope: Scope, send: Any) -> None:
         user = scope.get("user")
         if user is None or not user.is_authenticated:
             login = f"{resolve_url(settings.LOGIN_URL)}?next={quote(_full_path(scope))}"
-            await _plain(send, 302, "Log in first.", [(b"location", login.encode())])
+            await plain(send, 302, "Log in first.", [(b"location", login.encode())])
             return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         public_id, state, next_path = (
@@ -337,21 +318,21 @@ class SessionHttpGate:
                 user, public_id, platform_session, state=state, next_path=next_path
             )
         if token is None:
-            await _plain(send, 404, "Not found.")
+            await plain(send, 404, "Not found.")
             return
         location = f"{session_origin(public_id)}{HANDOFF_PATH}?token={token}"
-        await _plain(send, 302, "", [(b"location", location.encode())])
+        await plain(send, 302, "", [(b"location", location.encode())])
 
     async def _session_host(self, public_id: str, scope: Scope, receive: Any, send: Any) -> None:
         if _started_elsewhere(scope, public_id):
-            await _plain(send, 403, "Another site's page may not use this session.")
+            await plain(send, 403, "Another site's page may not use this session.")
             return
         if scope["path"] == HANDOFF_PATH:
             await self._take(public_id, scope, send)
             return
         match = PATH.match(scope["path"])
         if match is None or match["public_id"] != public_id:
-            await _plain(send, 404, "Not found.")
+            await plain(send, 404, "Not found.")
             return
         user = await _user_from_cookie(scope, public_id)
         if user is None:
@@ -365,13 +346,13 @@ class SessionHttpGate:
         """No credential here: a navigation goes to the platform for one, with a state that
         only this browser holds."""
         if scope["method"] not in ("GET", "HEAD"):
-            await _plain(send, 403, "Open this session from the platform first.")
+            await plain(send, 403, "Open this session from the platform first.")
             return
         state = secrets.token_urlsafe(24)
         query = urlencode({"session": public_id, "state": state, "next": _full_path(scope)})
         there = f"{settings.ACTIVATE_PUBLIC_URL}{HANDOFF_PATH}?{query}".encode()
         cookie = _set_cookie(STATE_COOKIE, state, STATE_SECONDS)
-        await _plain(send, 302, "", [(b"set-cookie", cookie), (b"location", there)])
+        await plain(send, 302, "", [(b"set-cookie", cookie), (b"location", there)])
 
     async def _take(self, public_id: str, scope: Scope, send: Any) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -379,7 +360,7 @@ class SessionHttpGate:
         state = _cookie(scope, cookie_name(STATE_COOKIE))
         taken = await _take_handoff(token, public_id, state)
         if taken is None:
-            await _plain(send, 403, "This link was used, has expired or is not yours.")
+            await plain(send, 403, "This link was used, has expired or is not yours.")
             return
         credential, next_path = taken
         log.info("session %s: handed over to its own origin", public_id)
@@ -388,7 +369,7 @@ class SessionHttpGate:
             (b"set-cookie", _set_cookie(STATE_COOKIE, "", 0)),
             (b"location", next_path.encode()),
         ]
-        await _plain(send, 302, "", headers)
+        await plain(send, 302, "", headers)
 
 
 class SessionWebSocketGate:
@@ -448,6 +429,6 @@ class RefuseSessionOrigins:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and from_session_origin(scope):
-            await _plain(send, 403, "A session's page may not use the platform.")
+            await plain(send, 403, "A session's page may not use the platform.")
             return
         await self.app(scope, receive, send)

@@ -35,16 +35,16 @@ class SessionHttpProxy:
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         match = PATH.match(scope["path"])
         if match is None:
-            await _plain(send, 404, "Not found.")
+            await plain(send, 404, "Not found.")
             return
         public_id, rest = match["public_id"], match["rest"] or ""
         user = scope.get("user")
         if user is None or not user.is_authenticated:
             login = f"{resolve_url(settings.LOGIN_URL)}?next={quote(scope['path'])}"
-            await _plain(send, 302, "Log in first.", [(b"location", login.encode())])
+            await plain(send, 302, "Log in first.", [(b"location", login.encode())])
             return
         if not limits.requests.take(user.pk):
-            await _plain(send, 429, limits.TOO_MANY, [(b"retry-after", b"1")])
+            await plain(send, 429, limits.TOO_MANY, [(b"retry-after", b"1")])
             return
         try:
             await self._serve(scope, receive, send, user, public_id, rest)
@@ -56,11 +56,11 @@ class SessionHttpProxy:
     ) -> None:
         target = await find_target(user, public_id)
         if target is None:
-            await _plain(send, 404, "Not found.")
+            await plain(send, 404, "Not found.")
             return
         session = target.session
         if not rest:
-            await _plain(send, 302, "", [(b"location", session.url_path.encode())])
+            await plain(send, 302, "", [(b"location", session.url_path.encode())])
             return
         if rest == "/":
             page = target.kind.page(session)
@@ -69,28 +69,28 @@ class SessionHttpProxy:
                 return
             if target.kind.landing_path:
                 landing = session.url_path + target.kind.landing_path
-                await _plain(send, 302, "", [(b"location", landing.encode())])
+                await plain(send, 302, "", [(b"location", landing.encode())])
                 return
         unsafe = scope["method"] not in ("GET", "HEAD", "OPTIONS")
         if unsafe and scope.get("auth") == "session" and scope.get("origin_refused"):
             if any(k.lower() == b"origin" for k, _ in scope.get("headers", [])):
-                await _plain(send, 403, "This page's origin may not use the session.")
+                await plain(send, 403, "This page's origin may not use the session.")
                 return
         if session.status != SessionStatus.RUNNING:
             message = f"This session is {session.status}. {session.status_reason}".strip()
-            await _plain(send, 503, message, [(b"retry-after", b"2")])
+            await plain(send, 503, message, [(b"retry-after", b"2")])
             return
         length = _declared_length(scope)
         if length is not None and length > settings.ACTIVATE_PROXY_MAX_BODY:
-            await _plain(send, 413, "The request body is too large.")
+            await plain(send, 413, "The request body is too large.")
             return
         try:
             reader, writer = await open_pipe(target)
         except SSHError as exc:
             if await program_check(session.pk):
-                await _plain(send, 502, f"The session's node cannot be reached: {exc}")
+                await plain(send, 502, f"The session's node cannot be reached: {exc}")
             else:
-                await _plain(send, 503, f"This session has ended. {REASON_PROGRAM_ENDED}.")
+                await plain(send, 503, f"This session has ended. {REASON_PROGRAM_ENDED}.")
             return
         try:
             await _forward(scope, target, rest, receive, reader, writer, send)
@@ -182,9 +182,9 @@ async def _forward(
     if started:
         return
     if upload.done() and not upload.cancelled() and isinstance(upload.exception(), _BodyTooLarge):
-        await _plain(send, 413, "The request body is too large.")
+        await plain(send, 413, "The request body is too large.")
     else:
-        await _plain(send, 502, "The session's program closed the connection.")
+        await plain(send, 502, "The session's program closed the connection.")
 
 
 async def _relay_response(
@@ -241,9 +241,10 @@ def _browser_host(scope: Scope, host: str, port: int) -> bytes:
     return f"{host}:{port}".encode()
 
 
-async def _plain(
+async def plain(
     send: Any, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
+    """The platform's own short answer (never the program's): not cached, no Referer onward."""
     body = text.encode()
     await send(
         {
@@ -252,6 +253,8 @@ async def _plain(
             "headers": [
                 (b"content-type", b"text/plain; charset=utf-8"),
                 (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+                (b"referrer-policy", b"no-referrer"),
                 *(headers or []),
             ],
         }
