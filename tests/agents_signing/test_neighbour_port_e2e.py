@@ -49,6 +49,7 @@ class Front:
     neighbour: bool = False
     seen: list[Seen] = field(default_factory=list)
     refused: int = 0
+    in_flight: int = 0
     server: ThreadingHTTPServer | None = None
 
     @property
@@ -70,8 +71,14 @@ class Front:
                     front.refused += 1
                     self._answer(403, {"content-type": "application/json"}, b'{"error": "no"}')
                     return
+                front.in_flight += 1
+                try:
+                    self._pass(body)
+                finally:
+                    front.in_flight -= 1
+                # Noted once the platform has answered it: nothing of it is still on the way
+                # when a test acts on what was seen.
                 front.seen.append(Seen("POST", self.path, dict(self.headers.items()), body))
-                self._pass(body)
 
             def _pass(self, body: bytes) -> None:
                 headers = {
@@ -201,6 +208,8 @@ def test_a_captured_beat_replayed_to_the_platform_is_refused_and_changes_nothing
     events = WorkerEvent.objects.filter(worker=worker).count()
     frozen = freeze_agent(worker.public_id)
     try:
+        # A beat sent just before the freeze must land before the slate is wiped.
+        wait_for(lambda: front.in_flight == 0, timeout=10)
         HeartbeatStore().forget(worker.pk)
         # When the neighbour sends it to the agents' server again
         again = httpx.post(

@@ -11,7 +11,8 @@ from django.contrib.auth.models import User
 
 from harness.cluster import SshTarget
 from harness.platform import Platform
-from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField
+from workers_app import accounts
+from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField, Worker
 
 
 @pytest.fixture
@@ -34,6 +35,35 @@ def slurm_environment(transactional_db: None, make_cluster, ssh_target: SshTarge
         default="00:10:00",
     )
     return environment
+
+
+@pytest.fixture
+def owner_and_neighbour(ssh_target: SshTarget) -> tuple[str, str]:
+    owner, neighbour = sorted(ssh_target.accounts)
+    return owner, neighbour
+
+
+@pytest.fixture
+def owners_environment(
+    db: None, make_cluster, ssh_target: SshTarget, user: User, owner_and_neighbour: tuple[str, str]
+) -> Iterator[Environment]:
+    """A per-user cluster where ``user`` acts as the owner's own verified account; the jobs of
+    its workers are cancelled afterwards."""
+    cluster = make_cluster(name="per-user", shared=False)
+    environment = Environment.objects.create(
+        cluster=cluster, name="compute", partition=ssh_target.partition
+    )
+    EnvironmentField.objects.create(
+        environment=environment, name="walltime", directive="--time={value}", default="00:10:00"
+    )
+    owner = owner_and_neighbour[0]
+    key = Path(ssh_target.accounts[owner]).read_text()
+    account = accounts.connect_account(user, cluster, remote_username=owner, private_key=key)
+    assert accounts.verify_account(account), account.last_error
+    yield environment
+    names = ",".join(w.job_name for w in Worker.objects.all())
+    if names:
+        subprocess.run(["scancel", f"--name={names}"], check=False, timeout=60)
 
 
 PW = Path(sys.executable).with_name("pw")

@@ -5,15 +5,13 @@ anew, and never cancels either. Real Slurm, real SSH as the owner's account, rea
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 
 from harness.cluster import SshTarget
-from workers_app import accounts, jobs, services
-from workers_app.models import Environment, EnvironmentField, Worker, new_agent_secret
+from workers_app import jobs, services
+from workers_app.models import Environment, Worker, new_agent_secret
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
@@ -54,34 +52,6 @@ def job_user(job_id: str) -> str:
         timeout=30,
     )
     return result.stdout.strip()
-
-
-@pytest.fixture
-def owner_and_neighbour(ssh_target: SshTarget) -> tuple[str, str]:
-    owner, neighbour = sorted(ssh_target.accounts)
-    return owner, neighbour
-
-
-@pytest.fixture
-def owners_environment(
-    db: None, make_cluster, ssh_target: SshTarget, user: User, owner_and_neighbour: tuple[str, str]
-) -> Iterator[Environment]:
-    """A per-user cluster where ``user`` acts as the owner's own verified account."""
-    cluster = make_cluster(name="per-user", shared=False)
-    environment = Environment.objects.create(
-        cluster=cluster, name="compute", partition=ssh_target.partition
-    )
-    EnvironmentField.objects.create(
-        environment=environment, name="walltime", directive="--time={value}", default="00:10:00"
-    )
-    owner = owner_and_neighbour[0]
-    key = Path(ssh_target.accounts[owner]).read_text()
-    account = accounts.connect_account(user, cluster, remote_username=owner, private_key=key)
-    assert accounts.verify_account(account), account.last_error
-    yield environment
-    names = ",".join(w.job_name for w in Worker.objects.all())
-    if names:
-        subprocess.run(["scancel", f"--name={names}"], check=False, timeout=60)
 
 
 def a_worker_whose_submit_outcome_is_unknown(user: User, environment: Environment) -> Worker:
