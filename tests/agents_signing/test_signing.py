@@ -131,6 +131,31 @@ def test_a_request_held_back_and_sent_after_a_later_one_is_refused(
     )
 
 
+@pytest.mark.django_db
+def test_requests_of_one_time_are_each_accepted_once_and_later_ones_keep_no_nonce(
+    key: signing.AgentKey,
+) -> None:
+    from workers_app.redis_connection import redis_client
+
+    now = int(time.time())
+    first, second = (
+        signing.verify_request(agent_header(key, ts=now), "POST", PATH, BODY, now=time.time())
+        for _ in range(2)
+    )
+    for call in (first, second):
+        signing.consume_nonce(call)
+    for call in (first, second):  # each replayed: the first is the latest, the second has a key
+        with pytest.raises(AgentRefused):
+            signing.consume_nonce(call)
+    # An agent's strictly later request costs no key of its own: only the latest is kept.
+    later = signing.verify_request(agent_header(key, ts=now + 1), "POST", PATH, BODY, now=now)
+    signing.consume_nonce(later)
+    assert not redis_client().exists(signing.nonce_of(later).key)
+    assert redis_client().exists(signing.nonce_of(second).key)
+    with pytest.raises(AgentRefused):
+        signing.consume_nonce(first)
+
+
 def test_the_agents_timestamps_go_strictly_up_in_microseconds(key: signing.AgentKey) -> None:
     platform = activate_agent.Platform("http://127.0.0.1:9", "wabc", key.key_id, key.key, 1)
     seen = []

@@ -30,28 +30,45 @@ DEAF_KEY = "activate:hb-deaf"
 BREAKER_PREFIX = "activate:hb-breaker:"
 CONFIRM_PREFIX = "activate:hb-confirm:"
 
-# A signed request is fresh when no later one of the same key was accepted (ORDER_KEY keeps the
-# latest time, in microseconds) and its nonce is new: a request replayed, or held back on the
-# way and delivered after a later one, is refused (-2).
+# A signed request is fresh when no later one of the same key was accepted and it is not one
+# accepted already: a request replayed, or held back on the way and delivered after a later one,
+# is refused (-2). ORDER_KEY keeps the newest accepted time (microseconds) and that request's
+# nonce. An agent's times go strictly up, so a beat costs one SET; only requests of the same
+# time (clients with a coarser clock) keep their nonces in keys of their own.
 FRESH = """
-local last = tonumber(redis.call('GET', ORDER_KEY) or '0')
+local latest = redis.call('GET', ORDER_KEY)
+local last, last_nonce = 0, ''
+if latest then
+  local sep = string.find(latest, ':', 1, true)
+  if sep then
+    last, last_nonce = tonumber(string.sub(latest, 1, sep - 1)), string.sub(latest, sep + 1)
+  else
+    last = tonumber(latest)
+  end
+end
 local seq = tonumber(SEQ)
 if seq < last then return -2 end
-if not redis.call('SET', NONCE_KEY, 1, 'NX', 'EX', TTL) then return -2 end
-if seq > last then redis.call('SET', ORDER_KEY, SEQ, 'EX', TTL) end
+if seq == last then
+  if NONCE == last_nonce then return -2 end
+  if not redis.call('SET', NONCE_KEY, 1, 'NX', 'EX', TTL) then return -2 end
+else
+  redis.call('SET', ORDER_KEY, SEQ .. ':' .. NONCE, 'EX', TTL)
+end
 """
 
 
-def _fresh(nonce_key: str, order_key: str, ttl: str, seq: str) -> str:
+def _fresh(nonce_key: str, order_key: str, ttl: str, seq: str, nonce: str) -> str:
     """FRESH reading its keys and arguments where a script is given them."""
     text = FRESH
-    names = {"NONCE_KEY": nonce_key, "ORDER_KEY": order_key, "TTL": ttl, "SEQ": seq}
+    names = {
+        "NONCE_KEY": nonce_key, "ORDER_KEY": order_key, "TTL": ttl, "SEQ": seq, "NONCE": nonce
+    }  # fmt: skip
     for name, value in names.items():
         text = text.replace(name, value)
     return text
 
 
-FRESH_SCRIPT = _fresh("KEYS[1]", "KEYS[2]", "ARGV[1]", "ARGV[2]") + "return 1"
+FRESH_SCRIPT = _fresh("KEYS[1]", "KEYS[2]", "ARGV[1]", "ARGV[2]", "ARGV[3]") + "return 1"
 
 # A beat in one round trip: check the signed request is fresh (FRESH, when its keys are given),
 # find the cached identity, check the key's hash, refresh the liveness key and the coarse "seen"
@@ -59,7 +76,7 @@ FRESH_SCRIPT = _fresh("KEYS[1]", "KEYS[2]", "ARGV[1]", "ARGV[2]") + "return 1"
 # does not help anyone find a key that hashes to it.
 BEAT_SCRIPT = (
     "if #KEYS > 1 then\n"
-    + _fresh("KEYS[2]", "KEYS[3]", "ARGV[6]", "ARGV[7]")
+    + _fresh("KEYS[2]", "KEYS[3]", "ARGV[6]", "ARGV[7]", "ARGV[8]")
     + """end
 local cached = redis.call('GET', KEYS[1])
 if not cached then return 0 end
@@ -107,13 +124,14 @@ class AgentIdentity:
 
 class Nonce(NamedTuple):
     """What makes a signed request fresh, as Redis remembers it: its nonce's key, the key
-    holding the newest request time of its signing key, its own time (microseconds), and how
-    many seconds both are kept."""
+    holding the newest request time of its signing key, its own time (microseconds), how many
+    seconds both are kept, and the nonce itself."""
 
     key: str
     order_key: str
     seq: int
     ttl: int
+    value: str
 
 
 @dataclass(frozen=True)
@@ -190,13 +208,13 @@ class HeartbeatStore:
         args: list[str | int] = [key_hash, PREFIX, self.ttl_ms, SEEN_PREFIX, seen_window]
         if nonce is not None:
             keys += [nonce.key, nonce.order_key]
-            args += [nonce.ttl, nonce.seq]
+            args += [nonce.ttl, nonce.seq, nonce.value]
         return BeatCall(keys=keys, args=args)
 
     def fresh(self, nonce: Nonce) -> bool:
         """Whether a signed request is fresh (FRESH), remembering it if so."""
         answer = _fresh_script(self.redis)(
-            keys=[nonce.key, nonce.order_key], args=[nonce.ttl, nonce.seq]
+            keys=[nonce.key, nonce.order_key], args=[nonce.ttl, nonce.seq, nonce.value]
         )
         return bool(answer == 1)
 

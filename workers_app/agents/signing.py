@@ -145,6 +145,7 @@ def nonce_of(call: SignedCall) -> Nonce:
         order_key=f"{ORDER_PREFIX}{call.worker}:{call.key_id}",
         seq=call.seq,
         ttl=int(2 * settings.ACTIVATE_AGENT_SIGNATURE_WINDOW) + 1,
+        value=call.nonce,
     )
 
 
