@@ -114,14 +114,16 @@ def _connected_agents(count: int, url: str, secret_key: str) -> list[SignedAgent
 def _sign_beats(agents: list[SignedAgent], path: Path, count: int) -> None:
     """``count`` distinct signed beats, the agents' in turn, one a line: worker, Authorization."""
     lines = []
-    # One time for them all: an agent's beats may then arrive in any order (a later one
-    # overtaking on another connection), as a real agent's one-at-a-time calls never do.
-    ts = int(time.time())
+    # Each agent's beats a microsecond apart, as a real agent's (whose times go strictly up):
+    # one agent's consecutive beats are len(agents) requests apart, far more than wrk keeps in
+    # flight, so one overtaking another (refused, and counted as an error) is rare.
+    start = int(time.time() * 1_000_000)
     for i in range(count):
         agent = agents[i % len(agents)]
         # Byte for byte the body wrk_beats.lua sends.
         body = f'{{"worker": "{agent.public_id}"}}'.encode()
-        header, _ = agent.signed(BEAT_PATH, body, ts=ts)
+        seconds, micros = divmod(start + i // len(agents), 1_000_000)
+        header, _ = agent.signed(BEAT_PATH, body, ts=f"{seconds}.{micros:06d}")
         lines.append(f"{agent.public_id}\t{header}\n")
     path.write_text("".join(lines))
 

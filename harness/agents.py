@@ -77,10 +77,11 @@ class SignedAgent:
     key: str
 
     def signed(
-        self, path: str, body: bytes, *, method: str = "POST", ts: int | None = None
+        self, path: str, body: bytes, *, method: str = "POST", ts: int | str | None = None
     ) -> tuple[str, str]:
-        """An Authorization header for this request, and its nonce. Its time is in whole
-        seconds (``ts``, or now): requests signed in the same second may arrive in any order."""
+        """An Authorization header for this request, and its nonce. Its time is ``ts`` (whole
+        seconds, or "seconds.micros"), or now in whole seconds: requests signed in the same
+        second may arrive in any order."""
         nonce = activate_agent.new_nonce()
         when = str(int(time.time()) if ts is None else ts)
         header = activate_agent.authorization(

@@ -3,14 +3,16 @@ batch cut short leaves the rest unknown (never refused, never made)."""
 
 from __future__ import annotations
 
-import base64
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.schedulers.conftest import FakeRunner, ok
 from workers_app.schedulers import slurm
 from workers_app.schedulers.base import JobSpec, SchedulerError, SchedulerUnavailable
-from workers_app.schedulers.slurm import SUBMIT_MARKER, SlurmAdapter
+from workers_app.schedulers.slurm import SUBMIT_LOOP, SUBMIT_MARKER, SlurmAdapter
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +25,17 @@ def spec(name: str, **overrides: object) -> JobSpec:
     values: dict[str, object] = {"name": name, "partition": "debug", "directives": []}
     values.update(overrides)
     return JobSpec(**values)  # type: ignore[arg-type]
+
+
+def sent(stdin: str | None) -> list[tuple[str, str, str]]:
+    """The (name, partition, script) records of a submit loop's input."""
+    data, records = (stdin or "").encode(), []
+    while data:
+        head, _, data = data.partition(b"\n")
+        name, partition, size = head.decode().split()
+        records.append((name, partition, data[: int(size)].decode()))
+        data = data[int(size) :]
+    return records
 
 
 def answered(*records: tuple[str, int]) -> str:
@@ -48,10 +61,9 @@ def test_each_script_gets_its_own_outcome_in_order() -> None:
     assert "invalid partition" in str(outcomes[1])
     [(argv, stdin)] = runner.calls
     assert argv[:2] == ["sh", "-c"]
-    lines = (stdin or "").splitlines()
-    assert [line.split()[:2] for line in lines] == [["a", "debug"], ["b", "debug"], ["c", "debug"]]
-    script = base64.b64decode(lines[0].split()[2]).decode()
-    assert script.startswith("#!/bin/bash\n") and "--job-name=a" in script
+    records = sent(stdin)
+    assert [r[:2] for r in records] == [("a", "debug"), ("b", "debug"), ("c", "debug")]
+    assert records[0][2].startswith("#!/bin/bash\n") and "--job-name=a" in records[0][2]
 
 
 def test_a_batch_cut_short_leaves_the_rest_unknown() -> None:
@@ -81,7 +93,7 @@ def test_a_spec_refused_before_sending_does_not_stop_the_others() -> None:
     assert outcomes[0] == "301" and outcomes[2] == "302"
     assert isinstance(outcomes[1], SchedulerError)
     [(_, stdin)] = runner.calls
-    assert [line.split()[0] for line in (stdin or "").splitlines()] == ["a", "c"]
+    assert [name for name, _, _ in sent(stdin)] == ["a", "c"]
 
 
 def test_lookups_by_name_are_one_squeue_for_many_names() -> None:
@@ -107,3 +119,36 @@ def test_a_large_batch_goes_in_a_few_commands_at_once(monkeypatch: pytest.Monkey
 
     assert len(runner.calls) == 3
     assert outcomes == ["7"] * 12
+
+
+def run_loop(stdin: bytes, tmp_path: Path) -> tuple[str, list[bytes]]:
+    """SUBMIT_LOOP in a real sh, with an sbatch on PATH that keeps each script it is given."""
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\nn=$(ls "$KEPT" | wc -l)\ncat > "$KEPT/$n"\necho "$((100 + n))"\n')
+    fake.chmod(0o755)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "KEPT": str(kept)}
+    result = subprocess.run(
+        ["sh", "-c", SUBMIT_LOOP], input=stdin, capture_output=True, env=env, timeout=30
+    )
+    scripts = [(kept / str(n)).read_bytes() for n in range(len(list(kept.iterdir())))]
+    return result.stdout.decode(), scripts
+
+
+def test_scripts_reach_sbatch_byte_for_byte_and_one_cut_short_is_never_submitted(
+    tmp_path: Path,
+) -> None:
+    scripts = ["#!/bin/bash\necho 'héllo $HOME `id`'\n\n\n", "#!/bin/bash\ntrue", "#" * 20000]
+    stdin = "".join(f"n{i} - {len(s.encode())}\n{s}" for i, s in enumerate(scripts)).encode()
+
+    output, received = run_loop(stdin, tmp_path)
+
+    assert received == [s.encode() for s in scripts]
+    assert output.count(f"{SUBMIT_MARKER} 0") == 3
+    # The connection drops in the middle of the second script: only the first was submitted.
+    cut = stdin[: stdin.index(b"#!/bin/bash\ntrue") + 5]
+    output, received = run_loop(cut, tmp_path / "cut")
+    assert received == [scripts[0].encode()]
+    assert output.count(SUBMIT_MARKER) == 1
