@@ -24,6 +24,7 @@ from harness.waiting import wait_for
 from sessions_app.models import Session
 from sessions_app.services import REASON_PROGRAM_ENDED
 from tests.e2e.conftest import pw_runner
+from tests.sessions.test_session_neighbours import descendants
 from workers_app.models import Environment, EnvironmentField, Worker
 from workers_app.statuses import LIVE
 
@@ -78,7 +79,7 @@ def launcher_argv(pid: int) -> list[str]:
 
 
 def test_a_killed_launcher_ends_its_session_within_seconds_with_no_request_to_it(
-    pw: Any,
+    pw: Any, request: pytest.FixtureRequest
 ) -> None:
     # Given a desktop running on alice's connected worker
     made = pw("workers", "create", "sessions", "--environment", "compute", "--wait", "-o", "json")
@@ -97,9 +98,14 @@ def test_a_killed_launcher_ends_its_session_within_seconds_with_no_request_to_it
     owner = pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
     assert owner != "root"
 
+    programs = descendants(pid)
+    assert programs, "the desktop's programs were not found below its launcher"
+
     # When its owner kills the launcher outright (nothing of it can say goodbye)
     started = time.monotonic()
     subprocess.run(["runuser", "-u", owner, "--", "kill", "-9", str(pid)], check=True)
+    # Its programs are orphans the test node's Slurm does not track (proctrack/linuxproc).
+    request.addfinalizer(lambda: subprocess.run(["kill", "-9", *map(str, programs)], check=False))
 
     # Then the session ends for that reason within 10 s, and the worker stays connected
     def ended() -> bool:

@@ -218,16 +218,20 @@ def test_reconcile_cancels_platform_jobs_that_belong_to_no_live_worker(
     foreign = sbatch_as(ssh_target, "someone-elses-job")
     # Another installation sharing the account: its jobs are not ours to judge.
     other_installation = sbatch_as(ssh_target, "pw-worker-otherinst-wnotaworker")
-    cancelled = jobs.reconcile_cluster(environment.cluster_id)
-    assert orphan in cancelled
-    assert foreign not in cancelled and live.scheduler_job_id not in cancelled
-    assert other_installation not in cancelled
-    live.refresh_from_db()
-    assert squeue_ids(ssh_target, live.job_name) == [live.scheduler_job_id]
-    assert foreign in squeue_ids(ssh_target, "someone-elses-job")
-    assert other_installation in squeue_ids(ssh_target, "pw-worker-otherinst-wnotaworker")
-    time.sleep(1)
-    assert squeue_ids(ssh_target, job_name_for("wnotaworker")) == []
+    try:
+        cancelled = jobs.reconcile_cluster(environment.cluster_id)
+        assert orphan in cancelled
+        assert foreign not in cancelled and live.scheduler_job_id not in cancelled
+        assert other_installation not in cancelled
+        live.refresh_from_db()
+        assert squeue_ids(ssh_target, live.job_name) == [live.scheduler_job_id]
+        assert foreign in squeue_ids(ssh_target, "someone-elses-job")
+        assert other_installation in squeue_ids(ssh_target, "pw-worker-otherinst-wnotaworker")
+        time.sleep(1)
+        assert squeue_ids(ssh_target, job_name_for("wnotaworker")) == []
+    finally:
+        # Left alone by the platform, so the test ends them: later runs must not find them.
+        subprocess.run(["scancel", foreign, other_installation], check=False, timeout=30)
 
 
 def test_probe_detects_partitions_as_environments_with_node_counts(

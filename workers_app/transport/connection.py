@@ -9,10 +9,12 @@ this module: ``commands``, ``streams``, ``channels`` and ``tunnel``.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -183,6 +185,11 @@ class SSHConnection:
         if transport is None:  # pragma: no cover - connect() always sets one
             raise SSHError(f"cannot connect to {self.host}:{self.port}: no transport")
         transport.set_keepalive(KEEPALIVE_INTERVAL)
+        # Channels carry small messages that wait for each other (a channel's opening, a
+        # handshake's lines, a request): with Nagle each waited for sshd's delayed ACK (~40 ms).
+        sock = transport.sock
+        if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.connects += 1
         log.info("connected to %s@%s:%s", self.username, self.host, self.port)
         return client
@@ -283,6 +290,12 @@ class SSHConnection:
                 if attempt:
                     raise SSHError(f"cannot open a tunnel through {self.host}: {exc}") from exc
                 transport = self._transport(stale=transport)
+        # What listens there may speak first (a session's gate greets). sshd sends those bytes
+        # right behind its confirmation of the channel, and with Nagle (OpenSSH keeps it on for
+        # forwards) holds them until we ACK the confirmation, which our kernel delays ~40 ms
+        # when we have nothing to send. An SSH ignore message is something to send.
+        with contextlib.suppress(paramiko.SSHException):
+            transport.send_ignore(1)
         with self._count_lock:
             self.in_use += 1
         return channel
