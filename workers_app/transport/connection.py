@@ -102,9 +102,48 @@ def _why(exc: BaseException) -> str:
             for e in exc.errors.values()
         }
         return "; ".join(sorted(reasons))
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
     if isinstance(exc, TimeoutError):
         return "timed out"
-    return str(exc) or type(exc).__name__
+    strerror = getattr(exc, "strerror", None)
+    return strerror.lower() if strerror else str(exc) or type(exc).__name__
+
+
+class _QuickAckSocket(socket.socket):
+    """The SSH connection's socket: small messages leave at once and are acknowledged at once.
+
+    Channels carry small messages that wait for each other (a channel's opening, a handshake's
+    lines, an answer's head and then its body). Nagle on our side held each behind the previous
+    one's ACK; and sshd keeps Nagle on for forwards, so a reply in two writes waited for our ACK
+    of the first, which Linux delays ~40 ms when we have nothing to send: TCP_QUICKACK, which the
+    kernel clears as it goes, is set again after every read.
+    """
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        if QUICKACK is not None:
+            with contextlib.suppress(OSError):
+                self.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
+        return data
+
+
+QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+
+
+def _tcp(host: str, port: int, timeout: float) -> socket.socket:
+    error: OSError | None = None
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = _QuickAckSocket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error or OSError(f"cannot resolve {host}")
 
 
 class SSHConnection:
@@ -156,6 +195,7 @@ class SSHConnection:
         try:
             client.connect(
                 self.host,
+                sock=_tcp(self.host, self.port, self.connect_timeout),
                 port=self.port,
                 username=self.username,
                 pkey=pkey,
@@ -185,11 +225,6 @@ class SSHConnection:
         if transport is None:  # pragma: no cover - connect() always sets one
             raise SSHError(f"cannot connect to {self.host}:{self.port}: no transport")
         transport.set_keepalive(KEEPALIVE_INTERVAL)
-        # Channels carry small messages that wait for each other (a channel's opening, a
-        # handshake's lines, a request): with Nagle each waited for sshd's delayed ACK (~40 ms).
-        sock = transport.sock
-        if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.connects += 1
         log.info("connected to %s@%s:%s", self.username, self.host, self.port)
         return client
