@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,3 +74,30 @@ def _clean_redis() -> Iterator[None]:
     client = redis_client()
     client.flushdb()
     yield
+
+
+# Seconds the interpreter may take to exit once the session is over.
+EXIT_GRACE = 60
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A thread left blocked by some test (an executor's worker waiting on a dead channel, say)
+    must not keep a finished run from exiting: CI would wait out its whole time. After
+    EXIT_GRACE seconds the threads still there are printed, to be fixed, and the process exits
+    with the session's own status."""
+
+    def watchdog() -> None:
+        threading.Event().wait(EXIT_GRACE)
+        frames = sys._current_frames()
+        lines = [f"pytest: still running {EXIT_GRACE} s after the session ended:"]
+        for thread in threading.enumerate():
+            if thread is threading.current_thread() or thread.ident not in frames:
+                continue
+            kind = "daemon" if thread.daemon else "NON-DAEMON"
+            lines.append(f"-- thread {thread.name} ({kind})")
+            lines += traceback.format_stack(frames[thread.ident])
+        sys.__stderr__.write("\n".join(lines) + "\n")
+        sys.__stderr__.flush()
+        os._exit(int(exitstatus))
+
+    threading.Thread(target=watchdog, name="exit-watchdog", daemon=True).start()
