@@ -33,11 +33,17 @@ def run_as(user: str, *argv: str, timeout: float = 60) -> subprocess.CompletedPr
 
 @pytest.fixture
 def running_worker(owners_environment: Environment, user: User) -> Worker:
-    """A worker of the owner's own account whose job runs, its agent started on the node."""
-    worker = services.request_worker(
-        owner=user, cluster=owners_environment.cluster.name, environment=owners_environment.name
+    """A worker of the owner's own account whose job runs, its agent started on the node. It is
+    submitted with a second one, so its script goes through the batched sbatch loop (scripts on
+    the login shell's stdin, never in a file or a command line)."""
+    worker, other = (
+        services.request_worker(
+            owner=user, cluster=owners_environment.cluster.name, environment=owners_environment.name
+        )
+        for _ in range(2)
     )
-    assert jobs.submit_worker(worker.pk).startswith("submitted as job")
+    outcomes = jobs.submit_workers([worker.pk, other.pk])
+    assert all(o.startswith("submitted as job") for o in outcomes.values()), outcomes
     worker.refresh_from_db()
     wait_for(lambda: agent_pids(worker.public_id), timeout=90)
     return worker
