@@ -89,7 +89,8 @@ def test_the_owners_own_job_is_adopted_and_the_neighbours_twin_is_left_alone(
     worker.refresh_from_db()
     assert outcome == f"submitted as job {owners_job}"
     assert (worker.status, worker.scheduler_job_id) == (S.QUEUED, owners_job)
-    assert cancelled == []
+    # (Another test's cancelled job may still be listed, completing: only these two are judged.)
+    assert not {owners_job, neighbours_job} & set(cancelled), cancelled
     assert live_jobs(worker.job_name) == {owners_job: owner, neighbours_job: neighbour}
 
 
@@ -113,6 +114,6 @@ def test_with_only_a_neighbours_job_of_that_name_the_owner_gets_a_job_of_their_o
     assert outcome.startswith("submitted as job"), outcome
     assert worker.scheduler_job_id not in {"", neighbours_job}
     assert not worker.events.filter(reason__startswith="Found job").exists()
-    assert cancelled == []
+    assert not {worker.scheduler_job_id, neighbours_job} & set(cancelled), cancelled
     assert job_user(worker.scheduler_job_id) == owner
     assert live_jobs(worker.job_name)[neighbours_job] == neighbour
