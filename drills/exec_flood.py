@@ -4,10 +4,12 @@ stay fast (p99 under a second) and no worker changes status.
 Several users each own a connected worker and together send 50 `sleep 20` commands at once
 through `POST /api/workers/<id>/exec/` (what `pw ssh` uses); a user may run
 ACTIVATE_EXEC_PER_USER at once, so the rest answer 429, counted. Meanwhile processes of their own
-loop on `GET /api/workers/`, and the drill sends each connected worker's heartbeat itself (its
-agent's real secret, read from the agent's environment) once a second to the URL its agent
-uses, timing each, and times the agents' ping. The web server runs with enough threads to hold
-every command at once, as a deployment expecting them would.
+loop on `GET /api/workers/`, and the drill is each connected worker's agent: it freezes the
+agent (SIGSTOP; two senders of one key would race, since the platform refuses a request older
+than one it accepted) and sends its heartbeat signed with the agent's key, read from the agent's
+environment, once a second to the URL the agent uses, timing each; and it times the agents'
+ping. The web server runs with enough threads to hold every command at once, as a deployment
+expecting them would.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import httpx
 
 from drills.drill import HEARING, Drill, DrillResult, now
 from harness import HarnessError
-from harness.agents import SignedAgent, agent_url, signed_agent
+from harness.agents import SignedAgent, agent_url, freeze_agent, signed_agent, thaw
 from harness.cluster import SshTarget
 from harness.objects import CLUSTER_NAME, HELD_ENVIRONMENT, RUN_ENVIRONMENT, run_user
 from harness.platform import BIN
@@ -197,7 +199,13 @@ def run(
             stop = threading.Event()
             probes: list[threading.Thread] = []
             flood_codes: Counter[str] = Counter()
+            frozen: list[int] = []
             try:
+                for public_id in agents:
+                    pids = freeze_agent(public_id)
+                    if not pids:
+                        raise HarnessError(f"no agent of {public_id} found to stand in for")
+                    frozen += pids
                 for flood in floods:
                     flood.start()
                 began = now()
@@ -254,6 +262,7 @@ def run(
                         flood.kill()
                 for probe in probes:
                     probe.join()
+                thaw(frozen)
             drill.result.repetitions = commands
             codes = Counter(code for code, _ in answers)
             ran = [took for code, took in answers if code == 200]
@@ -273,7 +282,7 @@ def run(
             changes = drill.changes_since(began, connected + queued)
             drill.check(not changes, f"status changed under load: {changes}")
             silent = drill.silent(connected)
-            drill.check(not silent, f"agents' own beats lapsed under load: {silent}")
+            drill.check(not silent, f"heartbeats lapsed under load: {silent}")
             served = (
                 "the agents' own server" if "agents" in platform.processes else "the web server"
             )

@@ -80,10 +80,13 @@ class SignedAgent:
         self, path: str, body: bytes, *, method: str = "POST", ts: int | str | None = None
     ) -> tuple[str, str]:
         """An Authorization header for this request, and its nonce. Its time is ``ts`` (whole
-        seconds, or "seconds.micros"), or now in whole seconds: requests signed in the same
-        second may arrive in any order."""
+        seconds, or "seconds.micros"), or now to the microsecond as the agent stamps it: the
+        platform refuses a request older than one it accepted from the same key."""
         nonce = activate_agent.new_nonce()
-        when = str(int(time.time()) if ts is None else ts)
+        if ts is None:
+            seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
+            ts = f"{seconds}.{micros:06d}"
+        when = str(ts)
         header = activate_agent.authorization(
             self.public_id, self.key_id, self.key, method, path, body, when, nonce
         )
