@@ -31,9 +31,33 @@ def _check_directives(
         raise ParameterError(spec.name, "must not contain NUL characters")
     for line in value.splitlines():
         line = line.strip()
-        problem = scheduler.directive_problem(line, set_by_fields=set_by_fields) if line else None
+        if not line:
+            continue
+        problem = scheduler.directive_problem(
+            line, set_by_fields=set_by_fields
+        ) or _walltime_problem(line, scheduler)
         if problem:
             raise ParameterError(spec.name, problem)
+
+
+def _walltime_problem(directive: str, scheduler: type[SchedulerAdapter]) -> str | None:
+    # A zero wall time passes a field's pattern, yet Slurm reads --time=0 as "no limit" and the
+    # host runner refuses the job when it is submitted: refused here, before anything is stored.
+    syntax = scheduler.field_syntax.get("walltime")
+    if syntax is None or not syntax.directive:
+        return None
+    option = scheduler.option_of(directive)
+    sample = syntax.directive.replace("{value}", scheduler.format_walltime(60))
+    if option is None or option != scheduler.option_of(sample):
+        return None
+    prefix = syntax.directive.partition("{value}")[0]
+    value = directive.removeprefix(prefix) if directive.startswith(prefix) else ""
+    if value and not any(digit in value for digit in "123456789"):
+        return "the wall time must be more than zero"
+    if scheduler.parse_walltime(value) is None:
+        example = scheduler.format_walltime(3600)
+        return f"{value!r} is not a wall time this cluster takes (example: {example})"
+    return None
 
 
 def _check_value(spec: EnvironmentField, value: str) -> None:
@@ -100,6 +124,13 @@ def validate_params(
             _check_directives(spec, value, scheduler, set_by_fields)
         else:
             _check_value(spec, value)
+            problem = (
+                _walltime_problem(spec.directive.replace("{value}", value), scheduler)
+                if spec.directive
+                else None
+            )
+            if problem:
+                raise ParameterError(name, f"{spec.label or name}: {problem}")
         resolved[name] = value
     return resolved
 

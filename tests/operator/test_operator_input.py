@@ -11,8 +11,9 @@ from django.test import Client
 
 from tests.factories import ClusterFactory, EnvironmentFactory
 from tests.schedulers.conftest import FakeRunner
-from workers_app.models import ApiKey, Environment, EnvironmentField, FieldKind
+from workers_app.models import ApiKey, Environment, EnvironmentField, FieldKind, Worker
 from workers_app.params import ParameterError, validate_params
+from workers_app.schedulers import adapter_class
 from workers_app.schedulers.base import JobSpec, SchedulerError
 from workers_app.schedulers.host import MAX_WALLTIME, HostAdapter
 
@@ -116,6 +117,51 @@ def test_a_users_raw_host_wall_time_of_zero_is_refused_when_the_worker_is_reques
 
     assert refused.value.field == "directives"
     assert "more than zero" in refused.value.message
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("scheduler", "typed"),
+    [("host", "0:00:00"), ("host", "0000:00:00"), ("slurm", "0"), ("slurm", "0-0:00:00")],
+)
+def test_a_wall_time_of_zero_typed_in_the_field_is_refused_at_request_time(
+    client: Client, user: AbstractUser, scheduler: str, typed: str
+) -> None:
+    # Shared, with a key that is never used: the request is refused before anything connects.
+    environment = EnvironmentFactory(
+        cluster=ClusterFactory(scheduler=scheduler, shared=True, private_key_encrypted="unused")
+    )
+    syntax = adapter_class(scheduler).field_syntax["walltime"]
+    EnvironmentField.objects.create(
+        environment=environment,
+        name="walltime",
+        label="Wall Time",
+        kind=FieldKind.VALUE,
+        directive=syntax.directive,
+        pattern=syntax.pattern,
+        default="01:00:00",
+    )
+    _, key = ApiKey.issue(user)
+
+    response = client.post(
+        "/api/workers/",
+        {
+            "cluster": environment.cluster.name,
+            "environment": environment.name,
+            "params": {"walltime": typed},
+        },
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {key}",
+    )
+
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == "walltime"
+    assert response.json()["detail"] == "Wall Time: the wall time must be more than zero"
+    assert not Worker.objects.exists()
+    accepted = validate_params(
+        environment, {"walltime": "00:00:01"}, scheduler=adapter_class(scheduler)
+    )
+    assert accepted == {"walltime": "00:00:01"}
 
 
 @pytest.mark.django_db
