@@ -139,6 +139,17 @@ def _wait_for_report(worker: Worker, base: str) -> dict[str, object]:
     raise LaunchFailed(f"the program did not start within {READY_WITHIN:g} s ({tail[0][:200]})")
 
 
+def end_earlier_launchers(session: Session) -> None:
+    """An earlier start of this session broke off (its SSH connection dropped, say): whatever
+    launcher it left on the node ends before another starts."""
+    worker = session.worker
+    # "[-]-": the pattern matches the launcher's command line but not pkill's own.
+    pattern = f"[-]-activate-session {session.public_id}( |$)"
+    adapter_for_worker(worker).run_in_job(
+        worker.scheduler_job_id, ["pkill", "-TERM", "-f", "--", pattern], timeout=30
+    )
+
+
 def stop(session: Session) -> None:
     """Send the launcher SIGTERM: it ends its programs, and its job step ends with it."""
     worker = session.worker

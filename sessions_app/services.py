@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
@@ -37,6 +38,8 @@ START_TASK = "sessions_app.tasks.start_session"
 STOP_TASK = "sessions_app.tasks.stop_program"
 # A start claimed this long ago and still not done: its process died; the session fails.
 START_TIMEOUT = timedelta(seconds=300)
+# The reason a start that broke off on the way is tried again under; its events count the tries.
+RETRYING = "Starting again after: "
 # The session sweep reads ready sessions this many at a time.
 SWEEP_BATCH = 200
 
@@ -114,7 +117,8 @@ def find_session(user: User, public_id: str) -> Session | None:
 def start_session(session_id: int) -> str:
     """Start a pending session's program if its worker is connected.
 
-    Returns "waiting" (try again later), "running", "failed" or "gone" (nothing to do).
+    Returns "waiting" (its worker is not connected yet), "retrying" (the start broke off on the
+    way; try again in a few seconds), "running", "failed" or "gone" (nothing to do).
     """
     session = (
         Session.objects.select_related("worker", "worker__cluster", "worker__account")
@@ -132,18 +136,25 @@ def start_session(session_id: int) -> str:
         return "waiting"
     if not lifecycle.claim_start(session):
         return "gone"
+    retried = session.events.filter(reason__startswith=RETRYING).count()
     try:
+        if retried:
+            launch.end_earlier_launchers(session)
         launched = launch.launch(session)
     except launch.LaunchFailed as exc:
         lifecycle.fail_session(session, reason=f"Could not start: {exc}")
         return "failed"
     except (SSHError, QueryFailed, SchedulerError, ValueError) as exc:
         worker.refresh_from_db(fields=["status"])
-        if worker.status == WorkerStatus.CONNECTED:
-            lifecycle.fail_session(session, reason=f"Could not start: {exc}"[:512])
-            return "failed"
-        lifecycle.release_start(session, reason="Waiting for its worker")
-        return "waiting"
+        if worker.status != WorkerStatus.CONNECTED:
+            lifecycle.release_start(session, reason="Waiting for its worker")
+            return "waiting"
+        transient = isinstance(exc, SSHError | QueryFailed)
+        if transient and retried < settings.ACTIVATE_SESSION_START_RETRIES:
+            lifecycle.release_start(session, reason=f"{RETRYING}{exc}"[:512])
+            return "retrying"
+        lifecycle.fail_session(session, reason=f"Could not start: {exc}"[:512])
+        return "failed"
     if not lifecycle.mark_running(
         session,
         node_host=launched.host,

@@ -8,11 +8,15 @@ from sessions_app import services
 
 # A pending session's worker may wait in the queue for long: back off to this many seconds.
 MAX_RETRY_DELAY = 30
+RETRY_START_AFTER = 3.0
 
 
 @shared_task(bind=True, max_retries=None)
 def start_session(self: Task, session_id: int) -> str:
     outcome = services.start_session(session_id)
+    if outcome == "retrying":
+        # Not at once: a dropped connection or a busy scheduler takes a moment to come back.
+        raise self.retry(countdown=RETRY_START_AFTER)
     if outcome == "waiting":
         delay = min(MAX_RETRY_DELAY, 0.5 * 1.5 ** min(self.request.retries, 20))
         raise self.retry(countdown=delay)

@@ -126,6 +126,9 @@ ACTIVATE_EXEC_MAX_OUTPUT = env.integer("ACTIVATE_EXEC_MAX_OUTPUT", 1_048_576, mi
 ACTIVATE_TERMINAL_IDLE_TIMEOUT = env.number("ACTIVATE_TERMINAL_IDLE_TIMEOUT", 3600, minimum=1)
 ACTIVATE_TERMINAL_MAX_DURATION = env.number("ACTIVATE_TERMINAL_MAX_DURATION", 86400, minimum=1)
 ACTIVATE_TERMINALS_PER_USER = env.integer("ACTIVATE_TERMINALS_PER_USER", 10, minimum=1)
+# A session whose start broke off on a dropped SSH connection or a scheduler that did not
+# answer is started again this many times before it fails.
+ACTIVATE_SESSION_START_RETRIES = env.integer("ACTIVATE_SESSION_START_RETRIES", 2, minimum=0)
 # Threads per web server process for pages and the API (WebSockets need none).
 ACTIVATE_WEB_THREADS = env.integer("ACTIVATE_WEB_THREADS", 8, minimum=1)
 # Where sessions' programs are on compute nodes (ACTIVATE_CODE_SERVER, ACTIVATE_NOVNC_DIR, ...)

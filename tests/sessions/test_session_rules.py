@@ -23,6 +23,7 @@ from workers_app import lifecycle as worker_lifecycle
 from workers_app import services as worker_services
 from workers_app.models import ApiKey, Worker
 from workers_app.statuses import WorkerStatus
+from workers_app.transport.errors import SSHError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = SessionStatus
@@ -226,3 +227,30 @@ def test_a_sessions_history_is_in_the_api_oldest_first(user: Any) -> None:
         ("starting", ""),
         ("failed", "Could not start: no X server"),
     ]
+
+
+def test_a_start_that_keeps_breaking_off_is_tried_again_as_often_as_set_then_fails(
+    user: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SSH connection itself is proven in tests/sessions/test_session_start_retry.py; here
+    # only how often: a start that breaks off every time must not loop for ever.
+    settings.ACTIVATE_SESSION_START_RETRIES = 2
+    session = session_on(connected_worker(user))
+    tries: list[str] = []
+
+    def broken(session: Session) -> None:
+        tries.append("launch")
+        raise SSHError("connection to n1 broke during a command: EOF")
+
+    monkeypatch.setattr(services.launch, "launch", broken)
+    monkeypatch.setattr(services.launch, "end_earlier_launchers", lambda s: tries.append("clean"))
+
+    outcomes = [services.start_session(session.pk) for _ in range(3)]
+
+    assert outcomes == ["retrying", "retrying", "failed"]
+    assert tries == ["launch", "clean", "launch", "clean", "launch"]
+    session.refresh_from_db()
+    assert (session.status, session.status_reason) == (
+        S.FAILED,
+        "Could not start: connection to n1 broke during a command: EOF",
+    )
