@@ -11,6 +11,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -101,6 +102,24 @@ def create_session(
         lifecycle.record_requested(session)
         enqueue_on_commit(START_TASK, session.pk)
     return session
+
+
+def create_again(session: Session) -> Session:
+    """Another session like ``session``, for its owner: of its kind, on a new worker like its
+    dedicated one, or on the same worker while that is still connected."""
+    worker = session.worker
+    asked: dict[str, Any] = {
+        "owner": session.owner,
+        "session_type": session.session_type,
+        "cluster": worker.cluster.name,
+    }
+    if not session.dedicated_worker:
+        return create_session(**asked, worker_id=worker.public_id)
+    if worker.environment is None:
+        raise ParameterError(
+            "environment", f"the environment session {session.public_id} came from was removed"
+        )
+    return create_session(**asked, environment=worker.environment.name, params=worker.params)
 
 
 def sessions_visible_to(user: User) -> QuerySet[Session]:

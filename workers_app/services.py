@@ -16,7 +16,7 @@ from django.utils import timezone
 from workers_app import effects, lifecycle, signals
 from workers_app.accounts import acting_account
 from workers_app.connections import adapter_for_worker
-from workers_app.models import Cluster, Environment, Worker, WorkerCommand
+from workers_app.models import Cluster, Environment, SavedRequest, Worker, WorkerCommand
 from workers_app.params import ParameterError, directives_for, validate_params
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers import adapter_class
@@ -27,6 +27,7 @@ from workers_app.transport.errors import SSHError
 NAME_MAX = 128
 # Workers one request may ask for.
 BULK_MAX = 500
+SAVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def request_worker(
@@ -98,6 +99,23 @@ def _bulk_key(idempotency_key: str, n: int) -> str:
     return f"{idempotency_key}#{n}"
 
 
+def _active_environment(cluster: str, environment: str) -> Environment:
+    found_cluster = Cluster.objects.filter(name=cluster).first()
+    if found_cluster is None:
+        raise ParameterError("cluster", f"unknown cluster {cluster!r}")
+    env = (
+        Environment.objects.filter(cluster=found_cluster, name=environment)
+        .select_related("cluster")
+        .prefetch_related("fields")
+        .first()
+    )
+    if env is None:
+        raise ParameterError("environment", f"unknown environment {environment!r} on {cluster}")
+    if not env.is_active:
+        raise ParameterError("environment", f"environment {environment!r} is inactive")
+    return env
+
+
 def _record_requests(
     *,
     owner: User,
@@ -107,18 +125,8 @@ def _record_requests(
     names: list[str],
     keys: list[str],
 ) -> list[Worker]:
-    found_cluster = Cluster.objects.filter(name=cluster).first()
-    if found_cluster is None:
-        raise ParameterError("cluster", f"unknown cluster {cluster!r}")
-    env = (
-        Environment.objects.filter(cluster=found_cluster, name=environment)
-        .prefetch_related("fields")
-        .first()
-    )
-    if env is None:
-        raise ParameterError("environment", f"unknown environment {environment!r} on {cluster}")
-    if not env.is_active:
-        raise ParameterError("environment", f"environment {environment!r} is inactive")
+    env = _active_environment(cluster, environment)
+    found_cluster = env.cluster
     for name in names:
         if len(name) > NAME_MAX or not name.isprintable():
             raise ParameterError(
@@ -183,6 +191,56 @@ def workers_requested_with(owner: User, idempotency_key: str) -> list[Worker]:
         .filter(idempotency_key__regex=rf"^{re.escape(idempotency_key)}#[0-9]+$")
     )
     return sorted(workers, key=lambda w: int(w.idempotency_key.rpartition("#")[2]))
+
+
+class NotOwner(Exception):
+    """Only a worker's owner acts as its cluster account: runs commands, requests it again."""
+
+
+def request_again(worker: Worker, *, owner: User, idempotency_key: str = "") -> Worker:
+    """Another worker like ``worker``: its cluster, environment, fields and name, the fields
+    validated as the environment has them now."""
+    if worker.owner_id != owner.pk:
+        raise NotOwner("only the worker's owner may request it again")
+    env = worker.environment
+    if env is None:
+        raise ParameterError(
+            "environment", f"the environment worker {worker.public_id} came from was removed"
+        )
+    # A name the platform gave (ENV-ID) would carry the old id: the new one gets its own.
+    name = "" if worker.name == f"{env.name}-{worker.public_id}" else worker.name
+    return request_worker(
+        owner=owner,
+        cluster=worker.cluster.name,
+        environment=env.name,
+        params=worker.params,
+        name=name,
+        idempotency_key=idempotency_key,
+    )
+
+
+def save_request(
+    *, owner: User, name: str, cluster: str, environment: str, params: Mapping[str, object]
+) -> tuple[SavedRequest, bool]:
+    """Keep a request under ``name`` (replacing one of that name): the fields are validated
+    now and kept with their defaults filled in. Returns it and whether it is new."""
+    if not SAVED_NAME.fullmatch(name):
+        raise ParameterError(
+            "name", "must be 1-64 letters, digits, '-' or '_', starting with a letter or digit"
+        )
+    env = _active_environment(cluster, environment)
+    resolved = validate_params(env, params, scheduler=adapter_class(env.cluster.scheduler))
+    return SavedRequest.objects.update_or_create(
+        owner=owner, name=name, defaults={"environment": env, "params": resolved}
+    )
+
+
+def saved_requests_of(owner: User) -> QuerySet[SavedRequest]:
+    return SavedRequest.objects.filter(owner=owner).select_related("environment__cluster")
+
+
+def delete_saved_request(saved: SavedRequest) -> None:
+    saved.delete()
 
 
 def delete_worker(worker: Worker, *, reason: str = lifecycle.REASON_DELETED) -> bool:

@@ -96,6 +96,17 @@ class SessionViewSet(
         session = services.sessions_visible_to(_user(request)).get(pk=session.pk)
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
+    @extend_schema(
+        request=None, responses={201: SessionSerializer, 400: ErrorSerializer, **NOT_FOUND}
+    )
+    @action(detail=True, methods=["post"])
+    def again(self, request: Request, **kwargs: str) -> Response:
+        """Launch another session like this one (ended or not): of its type, on a new worker
+        like the one launched for it, or on the same worker while that is connected."""
+        session = services.create_again(self.get_object())
+        session = services.sessions_visible_to(_user(request)).get(pk=session.pk)
+        return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
+
     @extend_schema(request=None, responses={202: SessionSerializer, **NOT_FOUND})
     def destroy(self, request: Request, **kwargs: str) -> Response:
         """Stop a session: its program ends; a worker launched for it is deleted too."""

@@ -42,10 +42,14 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
         "/api/workers/{id}/",
         "/api/workers/{id}/events/",
         "/api/workers/{id}/exec/",
+        "/api/workers/{id}/again/",
+        "/api/saved-requests/",
+        "/api/saved-requests/{name}/",
         "/api/sessions/",
         "/api/sessions/kinds/",
         "/api/sessions/{id}/",
         "/api/sessions/{id}/events/",
+        "/api/sessions/{id}/again/",
     }
     assert schema["components"]["securitySchemes"]["apiKey"] == {
         "type": "http",

@@ -97,7 +97,7 @@ def test_a_usage_mistake_is_one_line_with_exit_2(pw: Pw) -> None:
 
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
-    assert "the following arguments are required: --environment" in line
+    assert "give CLUSTER and --environment, or --from NAME" in line
 
 
 def test_auth_login_checks_the_key_and_stores_it_privately(

@@ -25,7 +25,16 @@ printf '%s\n' "${COMPREPLY[@]}"
 """
 
 REGISTERED = 'source "$1" && complete -p pw'
-COMMANDS = ["auth", "workers", "cluster", "environments", "sessions", "ssh", "completion"]
+COMMANDS = [
+    "auth",
+    "workers",
+    "cluster",
+    "environments",
+    "sessions",
+    "saved",
+    "ssh",
+    "completion",
+]
 
 # zsh completes only inside its line editor; here compsys' entry points print what they are
 # given instead, so the script's own logic runs in a real zsh.
@@ -87,7 +96,7 @@ def test_sourcing_the_bash_script_registers_a_completion_function_for_pw(
     [
         ("pw wor", ["workers"]),
         ("pw ", COMMANDS),
-        ("pw workers ", ["create", "ls", "get", "delete"]),
+        ("pw workers ", ["create", "again", "ls", "get", "delete"]),
         ("pw cluster ", ["ls", "connect", "verify", "disconnect"]),
         # An alias leads where its command does.
         ("pw clusters con", ["connect"]),

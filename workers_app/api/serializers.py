@@ -13,6 +13,7 @@ from workers_app.models import (
     Environment,
     EnvironmentField,
     RelayState,
+    SavedRequest,
     Worker,
     WorkerEvent,
 )
@@ -225,3 +226,23 @@ class CommandResultSerializer(serializers.Serializer[None]):
     truncated = serializers.BooleanField(
         help_text="The output passed the platform's limit; the command was left running."
     )
+
+
+class SavedRequestSerializer(serializers.ModelSerializer[SavedRequest]):
+    cluster = serializers.CharField(source="environment.cluster.name", read_only=True)
+    environment = serializers.CharField(source="environment.name", read_only=True)
+    params = serializers.DictField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = SavedRequest
+        fields = ["name", "cluster", "environment", "params", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class SavedRequestCreateSerializer(serializers.Serializer[None]):
+    name = serializers.CharField(
+        max_length=64, help_text="Letters, digits, '-' and '_'; saving a name again replaces it."
+    )
+    cluster = serializers.CharField(max_length=64, help_text="Cluster name.")
+    environment = serializers.CharField(max_length=64, help_text="Environment name.")
+    params = ParamsField(required=False, default=dict)

@@ -13,6 +13,7 @@ router.register(
     r"clusters/(?P<cluster>[^/]+)/environments", views.EnvironmentViewSet, basename="environment"
 )
 router.register("workers", views.WorkerViewSet, basename="worker")
+router.register("saved-requests", views.SavedRequestViewSet, basename="saved-request")
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("me/", views.MeView.as_view(), name="api-me"),

@@ -39,13 +39,22 @@ from workers_app.api.serializers import (
     CommandResultSerializer,
     EnvironmentSerializer,
     ErrorSerializer,
+    SavedRequestCreateSerializer,
+    SavedRequestSerializer,
     UserSerializer,
     WorkerBatchSerializer,
     WorkerCreateSerializer,
     WorkerEventSerializer,
     WorkerSerializer,
 )
-from workers_app.models import Cluster, ClusterAccount, Environment, Worker, WorkerEvent
+from workers_app.models import (
+    Cluster,
+    ClusterAccount,
+    Environment,
+    SavedRequest,
+    Worker,
+    WorkerEvent,
+)
 from workers_app.schedulers.base import QueryFailed, SchedulerError
 from workers_app.statuses import WorkerStatus
 from workers_app.transport.errors import SSHError
@@ -63,6 +72,15 @@ def _user(request: Request) -> User:
     # IsAuthenticated has run: the user is a real one, not AnonymousUser.
     assert isinstance(request.user, User)
     return request.user
+
+
+def _idempotency_key(request: Request) -> str:
+    key = request.headers.get("Idempotency-Key", "")
+    if len(key) > IDEMPOTENCY_KEY_MAX or not key.isprintable():
+        raise ValidationError(
+            {"Idempotency-Key": f"must be at most {IDEMPOTENCY_KEY_MAX} printable characters"}
+        )
+    return key
 
 
 CREATED = PolymorphicProxySerializer(
@@ -268,11 +286,7 @@ class WorkerViewSet(
         Send an ``Idempotency-Key`` header to retry safely: a request that repeats a key you
         used before answers 200 with the worker (or workers) made then, and makes no more.
         """
-        key = request.headers.get("Idempotency-Key", "")
-        if len(key) > IDEMPOTENCY_KEY_MAX or not key.isprintable():
-            raise ValidationError(
-                {"Idempotency-Key": f"must be at most {IDEMPOTENCY_KEY_MAX} printable characters"}
-            )
+        key = _idempotency_key(request)
         owner = _user(request)
         body = WorkerCreateSerializer(data=request.data)
         if isinstance(request.data, dict) and "count" in request.data:
@@ -302,6 +316,33 @@ class WorkerViewSet(
         # Not the relations: the joined cluster and environment stay loaded for the answer.
         worker.refresh_from_db(fields=STATE_FIELDS)
         return Response(WorkerSerializer(worker).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        request=None,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="As for a new request: a retry sends the same and makes no more.",
+            )
+        ],
+        responses={201: WorkerSerializer, 400: ErrorSerializer, 403: ErrorSerializer, **NOT_FOUND},
+    )
+    @action(detail=True, methods=["post"])
+    def again(self, request: Request, **kwargs: str) -> Response:
+        """Request another worker like this one: its environment, fields and name (finished or
+        not; the fields are checked as the environment has them now)."""
+        worker = self.get_object()
+        key = _idempotency_key(request)
+        owner = _user(request)
+        if key and (earlier := services.worker_requested_with(owner, key)) is not None:
+            return Response(WorkerSerializer(earlier).data, status=status.HTTP_200_OK)
+        try:
+            again = services.request_again(worker, owner=owner, idempotency_key=key)
+        except services.NotOwner as exc:
+            return Response({"field": None, "detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        return Response(WorkerSerializer(again).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={200: WorkerEventSerializer(many=True), **NOT_FOUND})
     @action(detail=True, methods=["get"])
@@ -360,3 +401,52 @@ class WorkerViewSet(
                 "truncated": result.truncated,
             }
         )
+
+
+@extend_schema_view(
+    list=extend_schema(responses={200: SavedRequestSerializer(many=True), **NOT_AUTHENTICATED}),
+    retrieve=extend_schema(responses={200: SavedRequestSerializer, **NOT_FOUND}),
+)
+class SavedRequestViewSet(
+    ApiErrorsMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet[SavedRequest],
+):
+    """Your saved worker requests: an environment and its fields under a name of yours, to
+    request again (`pw workers create --from NAME`, the request dialog's list)."""
+
+    serializer_class = SavedRequestSerializer
+    pagination_class = Pagination
+    parser_classes = [JSONParser]
+    lookup_field = "name"
+    lookup_url_kwarg = "name"
+    lookup_value_regex = ANY_SEGMENT
+    queryset = SavedRequest.objects.all()
+
+    def get_queryset(self) -> QuerySet[SavedRequest]:
+        return services.saved_requests_of(_user(self.request))
+
+    @extend_schema(
+        request=SavedRequestCreateSerializer,
+        responses={
+            200: SavedRequestSerializer,
+            201: SavedRequestSerializer,
+            400: ErrorSerializer,
+            **NOT_AUTHENTICATED,
+        },
+    )
+    def create(self, request: Request) -> Response:
+        """Save a request under a name: 201 when new, 200 when it replaced one of that name.
+        The fields are checked now, as a request would be, and kept with defaults filled in."""
+        body = SavedRequestCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        saved, created = services.save_request(owner=_user(request), **body.validated_data)
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(SavedRequestSerializer(saved).data, status=code)
+
+    @extend_schema(request=None, responses={204: None, **NOT_FOUND})
+    def destroy(self, request: Request, **kwargs: str) -> Response:
+        """Forget a saved request (workers requested from it are not touched)."""
+        services.delete_saved_request(self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -27,6 +27,7 @@ from workers_app.models.identity import (
     job_name_prefix,
     new_agent_secret,
 )
+from workers_app.models.saved import SavedRequest
 from workers_app.models.terminals import TerminalRecord
 from workers_app.models.workers import Worker, WorkerCommand, WorkerEvent, WorkerQuerySet
 
@@ -44,6 +45,7 @@ __all__ = [
     "FieldKind",
     "Reachability",
     "RelayState",
+    "SavedRequest",
     "SchedulerKind",
     "TerminalRecord",
     "Worker",

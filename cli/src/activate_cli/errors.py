@@ -7,6 +7,12 @@ class CliError(Exception):
     exit_code = 1
 
 
+class UsageError(CliError):
+    """Arguments that do not go together, found after argparse: exit 2, as argparse's own."""
+
+    exit_code = 2
+
+
 class Unreachable(CliError):
     """The platform could not be reached, or failed on its side; trying again may help."""
 

@@ -10,7 +10,16 @@ from typing import NoReturn
 
 import httpx
 
-from activate_cli import auth, clusters, completion, environments, sessions, ssh, workers
+from activate_cli import (
+    auth,
+    clusters,
+    completion,
+    environments,
+    saved,
+    sessions,
+    ssh,
+    workers,
+)
 from activate_cli.client import ApiClient
 from activate_cli.config import HOST_ENV, load_config
 from activate_cli.errors import CliError
@@ -39,6 +48,7 @@ def build_parser() -> Parser:
     clusters.add_parser(commands, common, output)
     environments.add_parser(commands, common, output)
     sessions.add_parser(commands, common, output)
+    saved.add_parser(commands, common, output)
     ssh.add_parser(commands, common)
     completion.add_parser(commands, common, parser)
     return parser

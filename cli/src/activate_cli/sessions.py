@@ -12,8 +12,8 @@ from urllib.parse import quote
 from activate_cli.client import ApiClient
 from activate_cli.errors import CliError, Interrupted
 from activate_cli.output import cell, emit, pairs, table, when
+from activate_cli.params import parse_param
 from activate_cli.waiting import poll
-from activate_cli.workers import parse_param
 
 # Session statuses as the API names them; a test checks them against its schema.
 PENDING = "pending"
@@ -147,7 +147,15 @@ def create(client: ApiClient, args: argparse.Namespace) -> int:
         body["worker"] = args.worker
     if args.name:
         body["name"] = args.name
-    session = client.post("/sessions/", body)
+    return launched(client, args, client.post("/sessions/", body))
+
+
+def again(client: ApiClient, args: argparse.Namespace) -> int:
+    path = f"{session_path(args.id)}again/"
+    return launched(client, args, client.post(path, {}, not_found=not_found(args.id)))
+
+
+def launched(client: ApiClient, args: argparse.Namespace, session: Session) -> int:
     if args.wait or args.open:
         try:
             session = wait_running(client, session)
@@ -215,6 +223,17 @@ def add_parser(
     p.add_argument("--wait", action="store_true", help="wait until it is running")
     p.add_argument("--open", action="store_true", help="wait, then open it in your browser")
     p.set_defaults(run=create)
+
+    p = sub.add_parser(
+        "again",
+        help="launch another session like ID (same type; a new worker like its own, or the "
+        "same worker while connected)",
+        parents=[common, output],
+    )
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--wait", action="store_true", help="wait until it is running")
+    p.add_argument("--open", action="store_true", help="wait, then open it in your browser")
+    p.set_defaults(run=again)
 
     p = sub.add_parser("ls", help="list your sessions", parents=[common, output])
     p.add_argument("--status", choices=SESSION_STATUSES)

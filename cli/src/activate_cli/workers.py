@@ -10,8 +10,11 @@ from typing import Any
 from urllib.parse import quote
 
 from activate_cli.client import ApiClient
-from activate_cli.errors import CliError, Interrupted, NotFound
+from activate_cli.errors import CliError, Interrupted, NotFound, UsageError
 from activate_cli.output import cell, emit, pairs, table, when
+from activate_cli.params import parse_param
+from activate_cli.saved import not_found as saved_not_found
+from activate_cli.saved import saved_path
 from activate_cli.statuses import (
     CONNECTED,
     ERROR,
@@ -119,18 +122,46 @@ def ended(worker: Worker) -> CliError:
     return CliError(f"worker {worker['id']} {outcome}: {reason}")
 
 
-def create(client: ApiClient, args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {
-        "cluster": args.cluster,
-        "environment": args.environment,
-        "params": dict(args.param or []),
-    }
+def request_body(client: ApiClient, args: argparse.Namespace) -> dict[str, Any]:
+    """What to ask for: the arguments, on top of a saved request's with ``--from``."""
+    body: dict[str, Any] = {"params": {}}
+    if args.saved:
+        found = client.get(saved_path(args.saved), not_found=saved_not_found(args.saved))
+        body = {k: found[k] for k in ("cluster", "environment")} | {"params": found["params"]}
+        if args.cluster and args.cluster != found["cluster"]:
+            raise CliError(f"{args.saved!r} is saved for cluster {found['cluster']!r}")
+    elif not args.cluster or not args.environment:
+        raise UsageError("give CLUSTER and --environment, or --from NAME")
+    if args.cluster:
+        body["cluster"] = args.cluster
+    if args.environment:
+        body["environment"] = args.environment
+    body["params"] |= dict(args.param or [])
     if args.name:
         body["name"] = args.name
+    return body
+
+
+def create(client: ApiClient, args: argparse.Namespace) -> int:
+    body = request_body(client, args)
     if args.count is not None:
         return create_many(client, args, body)
     # One key per invocation: a retry after a lost answer cannot make a second worker.
     worker = client.post("/workers/", body, idempotency_key=f"pw-{uuid.uuid4()}")
+    return created(client, args, worker)
+
+
+def again(client: ApiClient, args: argparse.Namespace) -> int:
+    worker = client.post(
+        f"{worker_path(args.id)}again/",
+        {},
+        idempotency_key=f"pw-{uuid.uuid4()}",
+        not_found=not_found(args.id),
+    )
+    return created(client, args, worker)
+
+
+def created(client: ApiClient, args: argparse.Namespace, worker: Worker) -> int:
     if args.wait:
         try:
             worker = wait_for(
@@ -232,13 +263,6 @@ def delete(client: ApiClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_param(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip(), value
-
-
 def add_parser(
     commands: Any, common: argparse.ArgumentParser, output: argparse.ArgumentParser
 ) -> None:
@@ -250,8 +274,16 @@ def add_parser(
     p = sub.add_parser(
         "create", help="request a worker from an environment", parents=[common, output]
     )
-    p.add_argument("cluster", metavar="CLUSTER")
-    p.add_argument("--environment", "-e", required=True, metavar="ENV")
+    p.add_argument("cluster", metavar="CLUSTER", nargs="?", default="")
+    p.add_argument("--environment", "-e", default="", metavar="ENV")
+    p.add_argument(
+        "--from",
+        dest="saved",
+        default="",
+        metavar="NAME",
+        help="a saved request's cluster, environment and fields (see pw saved); "
+        "--param and --environment given here win",
+    )
     p.add_argument(
         "--param",
         "-p",
@@ -270,6 +302,15 @@ def add_parser(
     )
     p.add_argument("--wait", action="store_true", help="wait until it is (they are) connected")
     p.set_defaults(run=create)
+
+    p = sub.add_parser(
+        "again",
+        help="request another worker like ID (same environment, fields and name)",
+        parents=[common, output],
+    )
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--wait", action="store_true", help="wait until it is connected")
+    p.set_defaults(run=again)
 
     p = sub.add_parser("ls", help="list your workers", parents=[common, output])
     p.add_argument("--cluster", metavar="CLUSTER")
