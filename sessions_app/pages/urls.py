@@ -12,4 +12,5 @@ urlpatterns = [
     path("sessions/new/", views.launch, name="launch"),
     path("sessions/<str:public_id>/", views.session_details, name="session"),
     path("sessions/<str:public_id>/stop/", views.stop, name="stop"),
+    path("sessions/<str:public_id>/again/", views.again, name="again"),
 ]

@@ -128,3 +128,15 @@ def stop(request: HttpRequest, public_id: str) -> HttpResponse:
     services.stop_session(session)
     messages.info(request, f"Session {session.name} stopped.")
     return redirect(reverse("sessions:session", args=[session.public_id]))
+
+
+@require_POST
+@login_required_page
+def again(request: HttpRequest, public_id: str) -> HttpResponse:
+    earlier = _find(_user(request), public_id)
+    try:
+        session = services.create_again(earlier)
+    except ParameterError as exc:
+        messages.error(request, f"Session {earlier.name} cannot be launched again: {exc.message}")
+        return redirect(reverse("sessions:session", args=[earlier.public_id]))
+    return redirect(reverse("sessions:session", args=[session.public_id]))

@@ -9,8 +9,10 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from rest_framework.test import APIClient
 
+from tests.factories import WorkerFactory
 from workers_app import services
 from workers_app.models import ApiKey, Environment, EnvironmentField, SavedRequest, Worker
+from workers_app.statuses import WorkerStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -133,3 +135,28 @@ def test_a_saved_request_is_checked_kept_replaced_listed_and_forgotten(
     assert client_of(other_user).get("/api/saved-requests/long-run/").status_code == 404
     assert api.delete("/api/saved-requests/long-run/").status_code == 204
     assert api.get("/api/saved-requests/long-run/").status_code == 404
+
+
+def test_a_session_again_gets_a_worker_like_its_own_or_its_connected_worker(
+    api: APIClient, user: AbstractUser, compute_env: Environment
+) -> None:
+    body = {"type": "desktop", "cluster": "test-slurm", "environment": "compute"}
+    first = api.post("/api/sessions/", {**body, "params": FIELDS}, format="json").json()
+    again = api.post(f"/api/sessions/{first['id']}/again/", format="json")
+    assert again.status_code == 201, again.content
+    assert (again.json()["type"], again.json()["dedicated_worker"]) == ("desktop", True)
+    workers = [Worker.objects.get(public_id=s["worker"]) for s in (first, again.json())]
+    assert workers[0].pk != workers[1].pk
+    assert job_spec(workers[0]) == job_spec(workers[1])
+
+    shared = WorkerFactory(
+        owner=user, cluster=compute_env.cluster, status=WorkerStatus.CONNECTED, node_hostname="n"
+    )
+    on_it = {"type": "jupyter", "cluster": "test-slurm", "worker": shared.public_id}
+    second = api.post("/api/sessions/", on_it, format="json").json()
+    beside = api.post(f"/api/sessions/{second['id']}/again/", format="json").json()
+    assert (beside["type"], beside["worker"]) == ("jupyter", shared.public_id)
+    Worker.objects.filter(pk=shared.pk).update(status=WorkerStatus.STOPPED)
+    ended = api.post(f"/api/sessions/{second['id']}/again/", format="json")
+    assert (ended.status_code, ended.json()["field"]) == (400, "worker")
+    assert "stopped, not connected" in ended.json()["detail"]

@@ -465,7 +465,8 @@ def test_delete_needs_a_post_with_csrf(user: AbstractUser, compute_env: Environm
 
 
 @pytest.mark.parametrize(
-    ("method", "page"), [("get", "delete"), ("post", "delete"), ("get", "terminal")]
+    ("method", "page"),
+    [("get", "delete"), ("post", "delete"), ("get", "terminal"), ("post", "again")],
 )
 def test_another_users_worker_is_not_found(
     alice: Client, other_user: AbstractUser, compute_env: Environment, method: str, page: str
@@ -491,6 +492,7 @@ def test_every_url_naming_a_worker_is_covered_by_the_404_test() -> None:
     naming_a_worker = [str(p.pattern) for p in urlpatterns if "public_id" in str(p.pattern)]
     assert naming_a_worker == [
         "workers/<str:public_id>/delete/",
+        "workers/<str:public_id>/again/",
         "workers/<str:public_id>/terminal/",
     ]
 
@@ -506,3 +508,74 @@ def test_staff_get_no_terminal_page_for_someone_elses_worker(
     mine.force_login(user)
     page = text(mine.get(f"/workers/{worker.public_id}/terminal/"))
     assert f'data-socket="/ws/workers/{worker.public_id}/terminal/"' in page
+
+
+def test_settings_saved_from_the_dialog_come_back_filled_in_and_request_the_same_job(
+    alice: Client, user: AbstractUser, compute_env: Environment
+) -> None:
+    # Given: alice requests a worker and saves its settings as "long" from the dialog.
+    asked = {
+        "environment": compute_env.pk,
+        "param_account": "proj-42",
+        "param_walltime": "03:00:00",
+        "param_qos": "high",
+    }
+    response = alice.post("/workers/new/", {**asked, "save_as": "long"})
+    assert response.status_code == 302, text(response)
+    first = Worker.objects.get()
+
+    # When: she opens the dialog again and picks "long" from its saved settings.
+    dialog = text(alice.get("/workers/new/", HTTP_HX_REQUEST="true"))
+    assert 'href="/workers/new/?saved=long"' in dialog
+    filled = text(alice.get("/workers/new/?saved=long", HTTP_HX_REQUEST="true"))
+
+    # Then: its fields hold the saved values, and sending it makes the first worker's job.
+    assert 'value="proj-42"' in _field_block(filled, "param_account")
+    assert 'value="03:00:00"' in _field_block(filled, "param_walltime")
+    assert 'value="high" selected' in _field_block(filled, "param_qos")
+    assert alice.post("/workers/new/", asked).status_code == 302
+    second = Worker.objects.exclude(pk=first.pk).get()
+    assert (second.job_partition, second.job_directives, second.params) == (
+        first.job_partition,
+        first.job_directives,
+        first.params,
+    )
+
+
+def test_a_bad_name_to_save_under_is_said_next_to_it_and_nothing_is_made(
+    alice: Client, compute_env: Environment
+) -> None:
+    page = text(
+        alice.post(
+            "/workers/new/",
+            {"environment": compute_env.pk, "param_account": "p", "save_as": "two words"},
+        )
+    )
+    assert "must be 1-64 letters" in _field_block(page, "save_as")
+    assert not Worker.objects.exists()
+
+
+def test_request_again_from_a_finished_workers_row_makes_the_same_job(
+    alice: Client, user: AbstractUser, compute_env: Environment
+) -> None:
+    alice.post(
+        "/workers/new/",
+        {"environment": compute_env.pk, "name": "run", "param_account": "p", "param_qos": "high"},
+    )
+    first = Worker.objects.get()
+    Worker.objects.filter(pk=first.pk).update(
+        status=WorkerStatus.STOPPED, finished_at=timezone.now()
+    )
+    row = text(alice.get("/workers/table/"))
+    assert f'action="/workers/{first.public_id}/again/"' in row
+
+    response = alice.post(f"/workers/{first.public_id}/again/")
+
+    assert response.status_code == 302 and response.url == "/workers/"
+    again = Worker.objects.exclude(pk=first.pk).get()
+    assert (again.name, again.job_directives, again.params) == (
+        "run",
+        first.job_directives,
+        first.params,
+    )
+    assert "Worker run requested again." in text(alice.get("/workers/"))

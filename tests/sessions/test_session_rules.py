@@ -254,3 +254,23 @@ def test_a_start_that_keeps_breaking_off_is_tried_again_as_often_as_set_then_fai
         S.FAILED,
         "Could not start: connection to n1 broke during a command: EOF",
     )
+
+
+def test_launch_again_from_an_ended_sessions_page_starts_one_like_it(
+    user: Any, client: Any
+) -> None:
+    worker = connected_worker(user)
+    ended = session_on(worker, status=S.ENDED)
+    client.force_login(user)
+    listing = client.get("/sessions/").content.decode()
+    assert f'action="/sessions/{ended.public_id}/again/"' in listing
+
+    response = client.post(f"/sessions/{ended.public_id}/again/")
+
+    again = Session.objects.exclude(pk=ended.pk).get()
+    assert response.status_code == 302 and response.url == f"/sessions/{again.public_id}/"
+    assert (again.session_type, again.worker_id, again.status) == ("desktop", worker.pk, S.PENDING)
+    Worker.objects.filter(pk=worker.pk).update(status=WorkerStatus.STOPPED)
+    refused = client.post(f"/sessions/{ended.public_id}/again/", follow=True).content.decode()
+    assert "cannot be launched again" in refused and "not connected" in refused
+    assert Session.objects.count() == 2

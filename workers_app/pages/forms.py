@@ -121,6 +121,15 @@ class RequestWorkerForm(forms.Form):
         widget=forms.NumberInput(attrs={"min": 1, "max": BULK_MAX, "inputmode": "numeric"}),
     )
 
+    save_as = forms.CharField(
+        label="Save these settings as",
+        required=False,
+        max_length=64,
+        help_text="Optional; a name to request the same again from this dialog or with "
+        "pw workers create --from NAME. Saving a name again replaces it.",
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
+
     def __init__(
         self, *args: Any, groups: list[ClusterGroup], selected: Environment | None, **kwargs: Any
     ) -> None:
@@ -139,6 +148,13 @@ class RequestWorkerForm(forms.Form):
         self.specs: list[EnvironmentField] = list(selected.fields.all()) if selected else []
         for spec in self.specs:
             self.fields[PARAM_PREFIX + spec.name] = _param_field(spec)
+
+    def prefill(self, params: dict[str, str]) -> None:
+        """Start from these field values (a saved request's) instead of the defaults."""
+        for name, value in params.items():
+            field = self.fields.get(PARAM_PREFIX + name)
+            if field is not None:
+                field.initial = value
 
     @property
     def selected_pk(self) -> str:
@@ -173,8 +189,8 @@ class RequestWorkerForm(forms.Form):
     def add_parameter_error(self, exc: ParameterError) -> None:
         """Put the service's refusal next to the field it names (cluster and environment on top)."""
         key = PARAM_PREFIX + exc.field
-        if exc.field == "name":
-            self.add_error("name", exc.message)
+        if exc.field in ("name", "save_as"):
+            self.add_error(exc.field, exc.message)
         elif key in self.fields:
             spec = next(s for s in self.specs if s.name == exc.field)
             self.add_error(key, field_error_in_words(spec, exc.message))

@@ -132,16 +132,29 @@ def _request_form_setup(
 
 def _render_request(request: HttpRequest, form: RequestWorkerForm) -> HttpResponse:
     template = "_request_form.html" if is_htmx(request) else "request.html"
-    return render(request, f"workers_app/workers/{template}", {"form": form})
+    saved = services.saved_requests_of(_user(request))
+    return render(request, f"workers_app/workers/{template}", {"form": form, "saved": saved})
+
+
+def _empty_request_form(request: HttpRequest) -> RequestWorkerForm:
+    """The dialog as first shown: the environment asked for, or a saved request's settings."""
+    saved = services.saved_requests_of(_user(request)).filter(name=request.GET.get("saved", ""))
+    chosen = saved.first()
+    wanted = str(chosen.environment_id) if chosen else request.GET.get("environment")
+    groups, selected = _request_form_setup(request, wanted)
+    form = RequestWorkerForm(groups=groups, selected=selected)
+    if chosen is not None and selected is not None and selected.pk == chosen.environment_id:
+        form.prefill(chosen.params)
+        form.fields["save_as"].initial = chosen.name
+    return form
 
 
 @login_required_page
 @require_http_methods(["GET", "POST"])
 def request_worker(request: HttpRequest) -> HttpResponse:
-    wanted = request.POST.get("environment") if request.method == "POST" else None
-    groups, selected = _request_form_setup(request, wanted or request.GET.get("environment"))
     if request.method != "POST":
-        return _render_request(request, RequestWorkerForm(groups=groups, selected=selected))
+        return _render_request(request, _empty_request_form(request))
+    groups, selected = _request_form_setup(request, request.POST.get("environment"))
     form = RequestWorkerForm(request.POST, groups=groups, selected=selected)
     if form.is_valid() and form.selected is not None:
         env = form.selected
@@ -154,6 +167,8 @@ def request_worker(request: HttpRequest) -> HttpResponse:
             "name": form.cleaned_data["name"],
         }
         try:
+            if save_as := form.cleaned_data["save_as"]:
+                _save_request(asked, save_as)
             if count == 1:
                 worker = services.request_worker(**asked)
                 done = f"Worker {worker.name} requested."
@@ -166,6 +181,37 @@ def request_worker(request: HttpRequest) -> HttpResponse:
             messages.success(request, done)
             return navigate(request, reverse("pages:workers"))
     return _render_request(request, form)
+
+
+def _save_request(asked: dict[str, Any], save_as: str) -> None:
+    try:
+        services.save_request(
+            owner=asked["owner"],
+            name=save_as,
+            cluster=asked["cluster"],
+            environment=asked["environment"],
+            params=asked["params"],
+        )
+    except ParameterError as exc:
+        # The saved request's own name is the one field of its not shared with the request.
+        raise ParameterError("save_as", exc.message) if exc.field == "name" else exc from None
+
+
+@login_required_page
+@require_POST
+def request_again(request: HttpRequest, public_id: str) -> HttpResponse:
+    worker = get_object_or_404(
+        Worker.objects.select_related("cluster", "environment"),
+        public_id=public_id,
+        owner=_user(request),
+    )
+    try:
+        again = services.request_again(worker, owner=_user(request))
+    except ParameterError as exc:
+        messages.error(request, f"Worker {worker.name} cannot be requested again: {exc.message}")
+    else:
+        messages.success(request, f"Worker {again.name} requested again.")
+    return navigate(request, reverse("pages:workers"))
 
 
 @login_required_page
