@@ -246,6 +246,7 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
 
     dialog.locator("#id_param_walltime").fill("00:10:00")
     dialog.locator("#id_name").fill("from-the-browser")
+    dialog.locator("#id_save_as").fill("short-run")
     dialog.locator("button:has-text('Request worker')").click()
     page.get_by_text("Worker from-the-browser requested.").wait_for()
     worker = Worker.objects.get(name="from-the-browser")
@@ -341,6 +342,17 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
     assert page.get_by_text("No workers yet").is_visible()
     worker.refresh_from_db()
     assert worker.status in {"stopped", "error"}
+
+    # The settings saved with that request come back filled in from the dialog's list.
+    page.click("a.button:has-text('Create')")
+    dialog.wait_for(state="visible")
+    dialog.get_by_role("link", name="short-run").click()
+    dialog.locator("#id_save_as[value='short-run']").wait_for()
+    assert dialog.locator("#id_param_purpose").input_value() == "browser test"
+    assert dialog.locator("#id_param_walltime").input_value() == "00:10:00"
+    ui.shot("09b-request-saved-settings", full_page=False)
+    dialog.get_by_role("link", name="Cancel").click()
+    dialog.wait_for(state="hidden")
 
     # Clusters, connecting an account on a cluster that is not shared, API keys.
     page.click("nav >> text=Clusters")

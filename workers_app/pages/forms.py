@@ -145,6 +145,7 @@ class RequestWorkerForm(forms.Form):
         assert isinstance(env_field, forms.ChoiceField)
         env_field.choices = [(pk, str(env)) for pk, env in self.selectable.items()]
         self.selected = selected
+        self.prefilled_changes = False
         self.specs: list[EnvironmentField] = list(selected.fields.all()) if selected else []
         for spec in self.specs:
             self.fields[PARAM_PREFIX + spec.name] = _param_field(spec)
@@ -154,6 +155,7 @@ class RequestWorkerForm(forms.Form):
         for name, value in params.items():
             field = self.fields.get(PARAM_PREFIX + name)
             if field is not None:
+                self.prefilled_changes |= value != (field.initial or "")
                 field.initial = value
 
     @property
@@ -174,12 +176,14 @@ class RequestWorkerForm(forms.Form):
 
     @property
     def advanced_open(self) -> bool:
-        """Collapsed unless something in it is wrong or was changed from its default."""
+        """Collapsed unless something in it is wrong or was changed from its default (a saved
+        request's values included)."""
         changed = self.is_bound and any(
             field.data is not None and field.data != (field.initial or "")
             for field in self.advanced_fields
         )
-        return changed or any(field.errors for field in self.advanced_fields)
+        errors = any(field.errors for field in self.advanced_fields)
+        return changed or errors or self.prefilled_changes
 
     def params(self) -> dict[str, str]:
         return {
