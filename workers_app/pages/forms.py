@@ -145,7 +145,6 @@ class RequestWorkerForm(forms.Form):
         assert isinstance(env_field, forms.ChoiceField)
         env_field.choices = [(pk, str(env)) for pk, env in self.selectable.items()]
         self.selected = selected
-        self.prefilled_changes = False
         self.specs: list[EnvironmentField] = list(selected.fields.all()) if selected else []
         for spec in self.specs:
             self.fields[PARAM_PREFIX + spec.name] = _param_field(spec)
@@ -155,7 +154,6 @@ class RequestWorkerForm(forms.Form):
         for name, value in params.items():
             field = self.fields.get(PARAM_PREFIX + name)
             if field is not None:
-                self.prefilled_changes |= value != (field.initial or "")
                 field.initial = value
 
     @property
@@ -183,7 +181,12 @@ class RequestWorkerForm(forms.Form):
             for field in self.advanced_fields
         )
         errors = any(field.errors for field in self.advanced_fields)
-        return changed or errors or self.prefilled_changes
+        prefilled = any(
+            (self.fields[PARAM_PREFIX + s.name].initial or "") != s.default
+            for s in self.specs
+            if not (s.required and not s.default)
+        )
+        return changed or errors or prefilled
 
     def params(self) -> dict[str, str]:
         return {
