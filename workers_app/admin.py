@@ -5,10 +5,10 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from workers_app import accounts, clusters, services
+from workers_app import accounts, clusters, services, usage
 from workers_app.accounts import public_key_of
 from workers_app.agents.heartbeats import HeartbeatStore
 from workers_app.models import (
@@ -21,6 +21,7 @@ from workers_app.models import (
     Environment,
     EnvironmentField,
     TerminalRecord,
+    UsageCap,
     Worker,
     WorkerCommand,
     WorkerEvent,
@@ -407,3 +408,29 @@ class ApiKeyAdmin(admin.ModelAdmin):
         self.message_user(
             request, f"New API key (shown once, copy it now): {secret}", messages.WARNING
         )
+
+
+@admin.register(UsageCap)
+class UsageCapAdmin(admin.ModelAdmin):
+    """Caps per user (or for everyone) on a cluster, above this month's totals to judge them by."""
+
+    list_display = ["cluster", "user", "max_workers", "max_node_hours_month"]
+    list_filter = ["cluster"]
+    search_fields = ["user__username", "cluster__name"]
+    autocomplete_fields = ["user"]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        since = usage.month_start(timezone.now())
+        rows = usage.usage(since=since, until=usage.next_month(since))
+        per_user: dict[str, int] = {}
+        for row in rows:
+            per_user[row.user] = per_user.get(row.user, 0) + row.node_seconds
+        context = {
+            **(extra_context or {}),
+            "usage_since": since,
+            "usage_rows": rows,
+            "usage_per_user": [(user, usage.clock(s), s / 3600) for user, s in per_user.items()],
+        }
+        return super().changelist_view(request, extra_context=context)

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from workers_app import effects, lifecycle, signals
+from workers_app import effects, lifecycle, signals, usage
 from workers_app.accounts import acting_account
 from workers_app.connections import adapter_for_worker
 from workers_app.models import Cluster, Environment, SavedRequest, Worker, WorkerCommand
@@ -153,6 +153,9 @@ def _record_requests(
         workers.append(worker)
     try:
         with transaction.atomic():
+            # One request of this user at a time past here: caps count what is already held.
+            User.objects.select_for_update().filter(pk=owner.pk).first()
+            usage.check_caps(owner, found_cluster, adding=len(workers))
             if len(workers) == 1:
                 workers[0].save()
             else:

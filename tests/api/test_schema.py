@@ -32,6 +32,7 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
     assert schema["openapi"].startswith("3.")
     assert set(schema["paths"]) == {
         "/api/me/",
+        "/api/usage/",
         "/api/clusters/",
         "/api/clusters/{name}/",
         "/api/clusters/{name}/account/",

@@ -32,6 +32,7 @@ COMMANDS = [
     "environments",
     "sessions",
     "saved",
+    "usage",
     "ssh",
     "completion",
 ]

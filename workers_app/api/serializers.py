@@ -246,3 +246,20 @@ class SavedRequestCreateSerializer(serializers.Serializer[None]):
     cluster = serializers.CharField(max_length=64, help_text="Cluster name.")
     environment = serializers.CharField(max_length=64, help_text="Environment name.")
     params = ParamsField(required=False, default=dict)
+
+
+class UsageRowSerializer(serializers.Serializer[dict[str, Any]]):
+    user = serializers.CharField()
+    cluster = serializers.CharField()
+    account = serializers.CharField(help_text="Your cluster account's user name; empty if shared.")
+    workers = serializers.IntegerField(help_text="Workers that were connected in the period.")
+    node_seconds = serializers.IntegerField()
+    node_hours = serializers.FloatField()
+
+
+class UsageSerializer(serializers.Serializer[dict[str, Any]]):
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    node_seconds = serializers.IntegerField()
+    node_hours = serializers.FloatField()
+    rows = UsageRowSerializer(many=True)

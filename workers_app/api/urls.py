@@ -17,6 +17,7 @@ router.register("saved-requests", views.SavedRequestViewSet, basename="saved-req
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("me/", views.MeView.as_view(), name="api-me"),
+    path("usage/", views.UsageView.as_view(), name="api-usage"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     *router.urls,

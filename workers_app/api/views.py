@@ -8,11 +8,13 @@ state whether this call stopped it, an earlier call did, or it had already ended
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -29,7 +31,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from workers_app import accounts, services
+from workers_app import accounts, services, usage
 from workers_app.api.errors import ApiErrorsMixin
 from workers_app.api.serializers import (
     ClusterAccountCreateSerializer,
@@ -41,6 +43,7 @@ from workers_app.api.serializers import (
     ErrorSerializer,
     SavedRequestCreateSerializer,
     SavedRequestSerializer,
+    UsageSerializer,
     UserSerializer,
     WorkerBatchSerializer,
     WorkerCreateSerializer,
@@ -103,6 +106,47 @@ class MeView(ApiErrorsMixin, APIView):
     def get(self, request: Request) -> Response:
         """The authenticated user (lets a client check its API key)."""
         return Response(UserSerializer(_user(request)).data)
+
+
+class UsageView(ApiErrorsMixin, APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("month", OpenApiTypes.STR, description="YYYY-MM (UTC); default: this"),
+            OpenApiParameter(
+                "all", OpenApiTypes.BOOL, description="Staff: every user's, not only yours."
+            ),
+        ],
+        responses={200: UsageSerializer, 400: ErrorSerializer, **NOT_AUTHENTICATED},
+    )
+    def get(self, request: Request) -> Response:
+        """Node-hours from connected to stopped, per cluster and cluster account, in a month.
+        A worker still connected counts up to now; one spanning months, for its part in each."""
+        user = _user(request)
+        since = _month(request.query_params.get("month", ""))
+        until = usage.next_month(since)
+        everyone = request.query_params.get("all", "").lower() in {"1", "true", "yes"}
+        if everyone and not user.is_staff:
+            raise ValidationError({"all": "only staff see every user's usage"})
+        rows = usage.usage(since=since, until=until, users=None if everyone else [user])
+        total = sum(row.node_seconds for row in rows)
+        body: dict[str, Any] = {
+            "since": since,
+            "until": until,
+            "node_seconds": total,
+            "node_hours": round(total / 3600, 4),
+            "rows": [{**vars(row), "node_hours": row.node_hours} for row in rows],
+        }
+        return Response(UsageSerializer(body).data)
+
+
+def _month(raw: str) -> datetime:
+    if not raw:
+        return usage.month_start(timezone.now())
+    try:
+        first = datetime.strptime(raw, "%Y-%m").replace(tzinfo=UTC)
+    except ValueError:
+        raise ValidationError({"month": "must be YYYY-MM, e.g. 2026-12"}) from None
+    return first
 
 
 @extend_schema_view(

@@ -29,6 +29,7 @@ from workers_app.models.identity import (
 )
 from workers_app.models.saved import SavedRequest
 from workers_app.models.terminals import TerminalRecord
+from workers_app.models.usage import UsageCap
 from workers_app.models.workers import Worker, WorkerCommand, WorkerEvent, WorkerQuerySet
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "SavedRequest",
     "SchedulerKind",
     "TerminalRecord",
+    "UsageCap",
     "Worker",
     "WorkerCommand",
     "WorkerEvent",

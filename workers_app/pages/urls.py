@@ -30,6 +30,7 @@ urlpatterns = [
         views.disconnect_account,
         name="disconnect-account",
     ),
+    path("usage/", views.usage_page, name="usage"),
     path("api-keys/", views.api_keys, name="api-keys"),
     path("api-keys/<int:pk>/revoke/", views.revoke_api_key, name="revoke-api-key"),
 ]

@@ -9,6 +9,7 @@ browser without JavaScript.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from functools import wraps
 from typing import Any
 
@@ -24,7 +25,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from workers_app import accounts, services
+from workers_app import accounts, services, usage
 from workers_app.models import ApiKey, Cluster, ClusterAccount, Environment, Worker
 from workers_app.pages.forms import (
     ApiKeyForm,
@@ -348,3 +349,35 @@ def revoke_api_key(request: HttpRequest, pk: int) -> HttpResponse:
     key.delete()
     messages.success(request, f"API key {key.prefix}… revoked.")
     return redirect("pages:api-keys")
+
+
+# Usage
+
+
+@login_required_page
+@require_GET
+def usage_page(request: HttpRequest) -> HttpResponse:
+    user = _user(request)
+    now = timezone.now()
+    try:
+        since = usage.month_start(
+            datetime.strptime(request.GET["month"], "%Y-%m").replace(tzinfo=UTC)
+        )
+    except (KeyError, ValueError):
+        since = usage.month_start(now)
+    until = usage.next_month(since)
+    everyone = user.is_staff and request.GET.get("all") == "1"
+    rows = usage.usage(since=since, until=until, users=None if everyone else [user])
+    total = sum(row.node_seconds for row in rows)
+    previous = usage.month_start(since - timedelta(days=1))
+    context = {
+        "since": since,
+        "previous": previous,
+        "next": until if until <= now else None,
+        "everyone": everyone,
+        "rows": rows,
+        "total_hours": total / 3600,
+        "total_clock": usage.clock(total),
+        "caps": usage.caps_of(user),
+    }
+    return render(request, "workers_app/usage/page.html", context)

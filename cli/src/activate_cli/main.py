@@ -18,6 +18,7 @@ from activate_cli import (
     saved,
     sessions,
     ssh,
+    usage,
     workers,
 )
 from activate_cli.client import ApiClient
@@ -49,6 +50,7 @@ def build_parser() -> Parser:
     environments.add_parser(commands, common, output)
     sessions.add_parser(commands, common, output)
     saved.add_parser(commands, common, output)
+    usage.add_parser(commands, common, output)
     ssh.add_parser(commands, common)
     completion.add_parser(commands, common, parser)
     return parser
