@@ -354,6 +354,14 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
     dialog.get_by_role("link", name="Cancel").click()
     dialog.wait_for(state="hidden")
 
+    # Its node-hours, from connected to stopped, are on the Usage page.
+    page.click("nav >> text=Usage")
+    worker.refresh_from_db()
+    assert worker.connected_at and worker.finished_at
+    held = int((worker.finished_at - worker.connected_at).total_seconds())
+    assert page.inner_text("#usage-total") == f"0:{held // 60:02d}:{held % 60:02d}"
+    ui.shot("09c-usage")
+
     # Clusters, connecting an account on a cluster that is not shared, API keys.
     page.click("nav >> text=Clusters")
     assert "you need no account of your own" in page.inner_text("#cluster-test-slurm")
