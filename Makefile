@@ -44,7 +44,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy activate workers_app sessions_app harness bench drills
+	$(BIN)/mypy activate workers_app sessions_app notices_app harness bench drills
 	$(BIN)/mypy --config-file cli/pyproject.toml cli/src
 
 pytest: venv

@@ -91,6 +91,8 @@ def _after_change(worker: Worker, old: WorkerStatus, new: WorkerStatus) -> None:
     worker_id = worker.pk
     if worker.cancel_requested:
         effects.cancel_worker_job(worker_id)
+    if new == S.CONNECTED:
+        signals.worker_connected.send(sender=Worker, worker=worker)
     if new in FINISHED:
         failed = worker.status_reason == REASON_DISCONNECTED or new == S.ERROR
         signals.worker_finished.send(sender=Worker, worker=worker, failed=failed)

@@ -6,6 +6,9 @@ from django.dispatch import Signal
 
 # A worker reached stopped or error. Arguments: worker (the Worker), failed (bool).
 worker_finished = Signal()
+# A worker's agent connected: its node is ready. Sent inside the changing transaction. Argument:
+# worker.
+worker_connected = Signal()
 # A user deleted a worker; sent inside the deleting transaction. Argument: worker.
 worker_deleted = Signal()
 # A worker's agent saw programs of sessions on its node end (their launchers are gone).

@@ -129,6 +129,18 @@ ACTIVATE_TERMINALS_PER_USER = env.integer("ACTIVATE_TERMINALS_PER_USER", 10, min
 # A session whose start broke off on a dropped SSH connection or a scheduler that did not
 # answer is started again this many times before it fails.
 ACTIVATE_SESSION_START_RETRIES = env.integer("ACTIVATE_SESSION_START_RETRIES", 2, minimum=0)
+# Owners are warned this many seconds before a connected worker's wall time runs out.
+ACTIVATE_WALLTIME_WARNING = env.number("ACTIVATE_WALLTIME_WARNING", 600, minimum=0)
+# Notices by e-mail: Django's mail backend (the console unless a site sets SMTP).
+EMAIL_BACKEND = env.string(
+    "ACTIVATE_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_HOST = env.string("ACTIVATE_EMAIL_HOST", "localhost")
+EMAIL_PORT = env.integer("ACTIVATE_EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env.string("ACTIVATE_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env.string("ACTIVATE_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env.boolean("ACTIVATE_EMAIL_TLS", False)
+DEFAULT_FROM_EMAIL = env.string("ACTIVATE_EMAIL_FROM", "activate@localhost")
 # Threads per web server process for pages and the API (WebSockets need none).
 ACTIVATE_WEB_THREADS = env.integer("ACTIVATE_WEB_THREADS", 8, minimum=1)
 # Where sessions' programs are on compute nodes (ACTIVATE_CODE_SERVER, ACTIVATE_NOVNC_DIR, ...)
@@ -219,6 +231,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "workers_app",
     "sessions_app",
+    "notices_app",
 ]
 
 MIDDLEWARE = [
@@ -247,6 +260,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "notices_app.context.notices",
             ],
         },
     },
@@ -321,6 +335,7 @@ CELERY_BEAT_SCHEDULE = {
     "probe-clusters": _beat("workers_app.tasks.probe_clusters", ACTIVATE_PROBE_INTERVAL),
     "reconcile-jobs": _beat("workers_app.tasks.reconcile_clusters", ACTIVATE_RECONCILE_INTERVAL),
     "sweep-sessions": _beat("sessions_app.tasks.sweep_sessions", ACTIVATE_SESSION_SWEEP_INTERVAL),
+    "warn-walltimes": _beat("notices_app.tasks.warn_walltimes", ACTIVATE_SWEEP_INTERVAL),
 }
 
 LOGGING = {

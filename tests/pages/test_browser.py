@@ -185,6 +185,20 @@ def terminal_sizes(page: Any, screen: Any, *, count: int) -> list[tuple[int, int
         page.wait_for_timeout(200)
 
 
+NOTIFICATIONS_RECORDED = """
+Object.defineProperty(document, "hidden", { get: () => true });
+const RealNotification = window.Notification;
+window.notified = [];
+function Recorded(title, options) {
+  window.notified.push(title);
+  return new RealNotification(title, options);
+}
+Object.defineProperty(Recorded, "permission", { get: () => RealNotification.permission });
+Recorded.requestPermission = (...args) => RealNotification.requestPermission(...args);
+window.Notification = Recorded;
+"""
+
+
 def status_of_row(page: Any, public_id: str) -> str:
     row = page.locator(f"#worker-{public_id}")
     return row.get_attribute("data-status", timeout=1000) if row.count() else ""
@@ -195,7 +209,10 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
 ) -> None:
     base = browser_platform.url
     context = chromium.new_context(viewport={"width": 1280, "height": 860})
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
+    context.grant_permissions(["clipboard-read", "clipboard-write", "notifications"], origin=base)
+    # The tab counts as in the background, where notices come as browser notifications; each
+    # one the page makes is recorded (and still made).
+    context.add_init_script(NOTIFICATIONS_RECORDED)
     ui = Browser(context.new_page(), base, screenshots)
     page = ui.page
 
@@ -273,6 +290,17 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
     assert worker.scheduler_job_id in row.inner_text()
     assert "left" in row.locator("td[data-label='Wall time']").inner_text()
     assert "bobs-worker" not in page.content()
+
+    # Its owner was told, as a browser notification and a banner: connected, then (its wall
+    # time of 10 minutes is within ACTIVATE_WALLTIME_WARNING) that its wall time runs out.
+    told = wait_for(
+        lambda: page.evaluate("window.notified.length >= 2 && window.notified"), timeout=30
+    )
+    assert told[0] == "Worker from-the-browser is connected", told
+    assert told[1].startswith("Worker from-the-browser: wall time ends in "), told
+    banners = page.locator("#notices .message-notice")
+    assert banners.count() == 2 and "is ready for you" in banners.first.inner_text()
+    ui.shot("07b-notices", full_page=False)
 
     # Copy the SSH command from the row's menu.
     row.locator("details.menu summary").click()

@@ -196,9 +196,10 @@ def test_the_list_costs_the_same_queries_for_three_workers_or_fifty(
     many = _queries(alice, "/workers/")
     table = _queries(alice, "/workers/table/")
 
-    assert few == many == table
+    # The whole page also reads the id of the user's last notice; the polled table does not.
+    assert few == many == table + 1
     # session, user, count, the page of workers with their relations, "any cluster?"
-    assert many <= 5
+    assert table <= 5
 
 
 def test_thousands_of_workers_still_make_one_page_of_fifty_in_the_same_queries(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from workers_app import walltime
 from workers_app.models import Worker
-from workers_app.schedulers import adapter_class
 from workers_app.statuses import FINISHED, WorkerStatus
 
 # Statuses whose job holds a node, so its wall time is running out.
@@ -56,13 +56,11 @@ def time_left(worker: Worker, now: datetime) -> str:
     """``3h 12m left`` for a job holding a node; the requested wall time while it waits."""
     if worker.status in FINISHED:
         return ""
-    # Read as the worker's scheduler writes it (Slurm's "30" is minutes, PBS's seconds).
-    scheduler = adapter_class(worker.cluster.scheduler)
-    limit = scheduler.parse_walltime(str(worker.params.get("walltime", "")))
+    limit = walltime.limit_of(worker)
     if limit is None:
         return ""
-    started = worker.started_at or worker.connected_at
-    if worker.status not in RUNNING or started is None:
+    ends = walltime.ends_at(worker)
+    if worker.status not in RUNNING or ends is None:
         return f"{in_words(limit)} once started"
-    remaining = (started + timedelta(seconds=limit) - now).total_seconds()
+    remaining = (ends - now).total_seconds()
     return f"{in_words(remaining)} left" if remaining > 0 else "ending"

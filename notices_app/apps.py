@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class NoticesAppConfig(AppConfig):
+    name = "notices_app"
+    label = "notices_app"
+    verbose_name = "Notices"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from notices_app import receivers
+        from workers_app import signals
+
+        signals.worker_connected.connect(receivers.tell_connected, dispatch_uid="notice-connected")

@@ -1,0 +1,120 @@
+"""Telling users what matters about their workers: on the page (a browser notification when the
+tab is in the background) and by e-mail, each kind once per worker, as each user chose."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from notices_app.models import Notice, NoticeKind, NoticePrefs
+from workers_app import walltime
+from workers_app.models import Worker
+from workers_app.statemachine import enqueue_on_commit
+from workers_app.statuses import WorkerStatus
+
+EMAIL_TASK = "notices_app.tasks.email_notice"
+WAYS = ("page", "email")
+
+
+def prefs_of(user: User) -> NoticePrefs:
+    return NoticePrefs.objects.filter(user=user).first() or NoticePrefs(user=user)
+
+
+def save_prefs(user: User, choices: dict[str, bool]) -> NoticePrefs:
+    prefs = prefs_of(user)
+    for kind in NoticeKind.values:
+        for way in WAYS:
+            setattr(prefs, f"{kind}_{way}", bool(choices.get(f"{kind}_{way}", False)))
+    prefs.save()
+    return prefs
+
+
+def tell(worker: Worker, kind: NoticeKind, title: str, body: str) -> Notice | None:
+    """Record the notice once per worker and kind; e-mail it after commit if the owner wants it
+    and has an address. None when told already, or when the owner wants it no way at all."""
+    prefs = prefs_of(worker.owner)
+    by_email = prefs.wants(kind, "email") and bool(worker.owner.email)
+    if not (prefs.wants(kind, "page") or by_email):
+        return None
+    try:
+        with transaction.atomic():
+            notice = Notice.objects.create(
+                user=worker.owner, worker=worker, kind=kind, title=title[:200], body=body[:500]
+            )
+    except IntegrityError:
+        return None
+    if by_email:
+        enqueue_on_commit(EMAIL_TASK, notice.pk)
+    return notice
+
+
+def tell_connected(worker: Worker) -> Notice | None:
+    where = f" {worker.node_hostname}" if worker.node_hostname else ""
+    return tell(
+        worker,
+        NoticeKind.CONNECTED,
+        f"Worker {worker.name} is connected",
+        f"Its node{where} ({worker.cluster.name}) is ready for you.",
+    )
+
+
+def warn_walltimes(now: datetime | None = None) -> int:
+    """Warn the owners of connected workers whose wall time ends within ACTIVATE_WALLTIME_WARNING
+    seconds (once each). Returns how many were warned."""
+    now = now or timezone.now()
+    ahead = settings.ACTIVATE_WALLTIME_WARNING
+    connected = (
+        Worker.objects.filter(status=WorkerStatus.CONNECTED)
+        .exclude(notices__kind=NoticeKind.WALLTIME)
+        .select_related("cluster", "owner")
+    )
+    warned = 0
+    for worker in connected:
+        ends = walltime.ends_at(worker)
+        if ends is None or (ends - now).total_seconds() > ahead:
+            continue
+        minutes = max(0, round((ends - now).total_seconds() / 60))
+        notice = tell(
+            worker,
+            NoticeKind.WALLTIME,
+            f"Worker {worker.name}: wall time ends in {minutes} min",
+            f"Its job ends at {ends:%H:%M} UTC, when the scheduler stops it: save your work, or "
+            "request it again.",
+        )
+        warned += notice is not None
+    return warned
+
+
+def email_notice(notice_id: int) -> bool:
+    """Send a notice's e-mail, at least once: marked sent only after the mail server took it,
+    so a failure is retried and a sent one is not sent again."""
+    notice = Notice.objects.select_related("user").filter(pk=notice_id, emailed=False).first()
+    if notice is None or not notice.user.email:
+        return False
+    base = settings.ACTIVATE_PUBLIC_URL.rstrip("/")
+    send_mail(
+        subject=notice.title,
+        message=f"{notice.body}\n\n{base}/workers/\n\nWhat you are told, and how: {base}/notices/",
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[notice.user.email],
+    )
+    Notice.objects.filter(pk=notice.pk).update(emailed=True)
+    return True
+
+
+def shown_to(user: User, *, after: int) -> QuerySet[Notice]:
+    """The user's notices after ``after`` that they want on the page, oldest first."""
+    prefs = prefs_of(user)
+    kinds = [kind for kind in NoticeKind.values if prefs.wants(kind, "page")]
+    return Notice.objects.filter(user=user, id__gt=after, kind__in=kinds).order_by("id")
+
+
+def last_id(user: User) -> int:
+    last = Notice.objects.filter(user=user).order_by("-id").values_list("id", flat=True).first()
+    return last or 0
