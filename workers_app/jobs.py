@@ -33,6 +33,7 @@ from workers_app.schedulers.base import (
     SchedulerUnavailable,
 )
 from workers_app.statuses import WITH_JOB, WorkerStatus
+from workers_app.terminals import kept
 from workers_app.transport.errors import AuthenticationFailed, CommandTimeout, SSHError
 
 S = WorkerStatus
@@ -49,7 +50,10 @@ def retry_delay(attempts: int) -> float:
 
 def job_spec(worker: Worker, key: AgentKey) -> JobSpec:
     """The job as validated when the worker was requested, whatever its environment is now."""
-    command = f"exec python3 - <<'{AGENT_HEREDOC}'\n{agent_source()}\n{AGENT_HEREDOC}"
+    command = (
+        f"{kept.SERVER_START}\n"
+        f"exec python3 - <<'{AGENT_HEREDOC}'\n{agent_source()}\n{AGENT_HEREDOC}"
+    )
     return JobSpec(
         name=worker.job_name,
         partition=worker.job_partition,

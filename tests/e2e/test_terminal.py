@@ -205,3 +205,69 @@ def test_terminals_are_capped_per_user_and_closed_when_idle(
             timeout=10,
         )
     assert TerminalRecord.objects.filter(user=user).count() == 3
+
+
+def pw_ssh_keep(env: dict[str, str], worker: Worker, *lines: bytes, until: bytes) -> str:
+    """`pw ssh --keep work` in a pty of its own: type ``lines``, read until ``until``, then drop
+    the connection (pw killed, as a lost network or a closed laptop would)."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(str(PW), [str(PW), "ssh", "--keep", "work", worker.public_id], env)  # noqa: S606
+    try:
+        for line in lines:
+            os.write(fd, line)
+        return read_until(fd, until, timeout=60).decode(errors="replace")
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_a_kept_terminal_is_reattached_after_its_connection_drops(
+    terminal_platform: Platform, alice_worker: Worker, user: User, tmp_path: Path
+) -> None:
+    env = pw_env(terminal_platform, user, tmp_path / "kept")
+    # Given: a kept terminal with a variable set in its shell, and its connection dropped.
+    setting = b"export KEPT=value-$((6*7)); echo set-$((6*7))\n"
+    pw_ssh_keep(env, alice_worker, setting, until=b"set-42")
+    wait_for(
+        lambda: not TerminalRecord.objects.filter(keep="work", closed_at__isnull=True).exists(),
+        timeout=30,
+    )
+
+    # When: it is opened again by name. Then: the same shell, the variable still set.
+    seen = pw_ssh_keep(env, alice_worker, b"echo got-$KEPT-end\n", until=b"got-value-42-end")
+    assert "got-value-42-end" in seen
+    records = TerminalRecord.objects.filter(worker_public_id=alice_worker.public_id)
+    assert list(records.values_list("keep", flat=True)) == ["work", "work"]
+
+    # When the job ends, so does the tmux server that kept it, with its shells.
+    pw = pw_runner(terminal_platform, user, tmp_path / "kept")
+    ended = pw("workers", "delete", "--wait", alice_worker.public_id)
+    assert ended.returncode == 0, ended.stderr
+    wait_for(lambda: not processes_naming(f"activate-{alice_worker.public_id}"), timeout=30)
+
+
+def processes_naming(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_without_tmux_a_kept_terminal_is_an_ordinary_shell_and_says_so() -> None:
+    from workers_app.terminals.kept import KEPT_TERMINAL
+
+    ran = subprocess.run(
+        ["/bin/sh", "-c", KEPT_TERMINAL, "activate-terminal", "work", "w1"],
+        env={"PATH": "/nonexistent", "SHELL": "/bin/echo"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert ran.stdout.strip() == "-l"  # the login shell ($SHELL -l), here echo
+    assert "no tmux on this node: this terminal ends with its connection" in ran.stderr

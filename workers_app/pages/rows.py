@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,6 +34,8 @@ class WorkerRow:
     worker: Worker
     age: str
     time_left: str
+    # Names of terminals kept on its node (tmux) that its owner opened.
+    kept_terminals: tuple[str, ...] = ()
 
     @property
     def ssh_command(self) -> str:
@@ -44,11 +47,12 @@ class WorkerRow:
         return environment.name if environment is not None else ""
 
     @classmethod
-    def of(cls, worker: Worker, now: datetime) -> WorkerRow:
+    def of(cls, worker: Worker, now: datetime, kept: Iterable[str] = ()) -> WorkerRow:
         return cls(
             worker=worker,
             age=in_words((now - worker.created_at).total_seconds()),
             time_left=time_left(worker, now),
+            kept_terminals=tuple(sorted(kept)),
         )
 
 

@@ -19,14 +19,21 @@ from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from workers_app import accounts, services, usage
-from workers_app.models import ApiKey, Cluster, ClusterAccount, Environment, Worker
+from workers_app.models import (
+    ApiKey,
+    Cluster,
+    ClusterAccount,
+    Environment,
+    TerminalRecord,
+    Worker,
+)
 from workers_app.pages.forms import (
     ApiKeyForm,
     ClusterGroup,
@@ -36,6 +43,8 @@ from workers_app.pages.forms import (
 )
 from workers_app.pages.rows import WorkerRow
 from workers_app.params import ParameterError
+from workers_app.statuses import WorkerStatus
+from workers_app.terminals.kept import KEEP_NAME
 
 PAGE_SIZE = 50
 NEW_API_KEY = "pages-new-api-key"
@@ -92,9 +101,15 @@ def _workers_context(request: HttpRequest) -> dict[str, Any]:
     workers = services.workers_visible_to(user).select_related("cluster", "environment", "owner")
     page = Paginator(workers, PAGE_SIZE).get_page(request.GET.get("page"))
     now = timezone.now()
+    kept: dict[int, set[str]] = {}
+    connected = [w.pk for w in page if w.status == WorkerStatus.CONNECTED and w.owner_id == user.pk]
+    if connected:
+        names = TerminalRecord.objects.filter(worker_id__in=connected).exclude(keep="")
+        for worker_id, name in names.values_list("worker_id", "keep").distinct():
+            kept.setdefault(worker_id, set()).add(name)
     return {
         "page": page,
-        "rows": [WorkerRow.of(worker, now) for worker in page],
+        "rows": [WorkerRow.of(worker, now, kept.get(worker.pk, ())) for worker in page],
         "show_owner": user.is_staff,
         "has_clusters": Cluster.objects.exists(),
     }
@@ -247,7 +262,10 @@ def worker_terminal(request: HttpRequest, public_id: str) -> HttpResponse:
     worker = get_object_or_404(
         Worker.objects.select_related("cluster"), public_id=public_id, owner=_user(request)
     )
-    return render(request, "workers_app/workers/terminal.html", {"worker": worker})
+    keep = request.GET.get("keep", "main")
+    if not KEEP_NAME.fullmatch(keep):
+        raise Http404("no such kept terminal")
+    return render(request, "workers_app/workers/terminal.html", {"worker": worker, "keep": keep})
 
 
 # Clusters and the user's accounts on them

@@ -17,6 +17,7 @@ from workers_app.connections import open_stream
 from workers_app.models import TerminalRecord, Worker
 from workers_app.schedulers.base import QueryFailed, SchedulerError
 from workers_app.statuses import WorkerStatus
+from workers_app.terminals.kept import KEEP_NAME, KEPT_TERMINAL
 from workers_app.transport.errors import SSHError
 from workers_app.transport.streams import PtySize, Stream
 
@@ -51,6 +52,14 @@ class StartRequest:
     cols: int
     rows: int
     client: str
+    # A terminal kept on the node under this name (tmux), reattached by the next with it.
+    keep: str = ""
+
+    def command(self, worker_id: str) -> list[str]:
+        """What runs in the job: the argv, or for a kept terminal the step that attaches it."""
+        if not self.keep:
+            return self.argv
+        return ["sh", "-c", KEPT_TERMINAL, "activate-terminal", self.keep, worker_id]
 
 
 def _size(value: Any, name: str) -> int:
@@ -80,6 +89,11 @@ def parse_start(text: str) -> StartRequest:
     pty = message.get("pty", not argv)
     if not isinstance(pty, bool):
         raise TerminalRefused(BAD_REQUEST, "pty must be true or false")
+    keep = message.get("keep", "")
+    if not isinstance(keep, str) or (keep and not KEEP_NAME.fullmatch(keep)):
+        raise TerminalRefused(BAD_REQUEST, "keep must be 1-32 letters, digits, '-' or '_'")
+    if keep and (argv or not pty):
+        raise TerminalRefused(BAD_REQUEST, "keep is for an interactive shell (a pty, no command)")
     client = message.get("client", "")
     return StartRequest(
         argv=argv,
@@ -87,6 +101,7 @@ def parse_start(text: str) -> StartRequest:
         cols=_size(message.get("cols", 80), "cols"),
         rows=_size(message.get("rows", 24), "rows"),
         client=client[:32] if isinstance(client, str) else "",
+        keep=keep,
     )
 
 
@@ -124,7 +139,7 @@ def start_stream(worker: Worker, request: StartRequest) -> Stream:
     database calls of the server's other connections share."""
     pty = PtySize(cols=request.cols, rows=request.rows) if request.pty else None
     try:
-        return open_stream(worker, request.argv, pty=pty)
+        return open_stream(worker, request.command(worker.public_id), pty=pty)
     except (SSHError, SchedulerError, QueryFailed, ValueError) as exc:
         raise TerminalRefused(
             UNAVAILABLE, f"Cannot reach worker {worker.name} on {worker.cluster.name}: {exc}"
@@ -165,6 +180,7 @@ def _record_opening(
             user_id=user.pk,
             command=request.argv,
             pty=request.pty,
+            keep=request.keep,
             client=request.client,
         )
 

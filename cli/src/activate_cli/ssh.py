@@ -25,7 +25,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 from websockets.sync.client import ClientConnection, connect
 
 from activate_cli.client import USER_AGENT, ApiClient
-from activate_cli.errors import CliError, NotFound, Unreachable
+from activate_cli.errors import CliError, NotFound, Unreachable, UsageError
 from activate_cli.workers import not_found, worker_path
 
 STDOUT, STDERR = 1, 2
@@ -128,9 +128,11 @@ def open_socket(client: ApiClient, worker_id: str) -> ClientConnection:
         raise Unreachable(f"cannot open a terminal at {url}: {exc}") from None
 
 
-def start(socket: ClientConnection, argv: list[str], *, pty: bool) -> None:
+def start(socket: ClientConnection, argv: list[str], *, pty: bool, keep: str = "") -> None:
     cols, rows = terminal_size()
     request = {"type": "start", "command": argv, "pty": pty, "cols": cols, "rows": rows}
+    if keep:
+        request["keep"] = keep
     socket.send(json.dumps(dict(request, client="pw")))
     try:
         answer = socket.recv(timeout=OPEN_TIMEOUT)
@@ -153,9 +155,11 @@ def ssh(client: ApiClient, args: argparse.Namespace) -> int:
     if pty and not interactive:
         print("pw: stdin is not a terminal; running without one", file=sys.stderr)
         pty = False
+    if args.keep and (argv or not pty):
+        raise UsageError("--keep is for a shell in a terminal: no command, and not -T")
     worker = client.get(worker_path(args.worker), not_found=not_found(args.worker))
     with open_socket(client, worker["id"]) as socket:
-        start(socket, argv, pty=pty)
+        start(socket, argv, pty=pty, keep=args.keep)
         session = Session(socket, pty=pty)
         if not pty:
             threading.Thread(target=session.send_input, daemon=True).start()
@@ -181,5 +185,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "-t", dest="tty", action="store_const", const=True, help="force a terminal"
     )
     tty_group.add_argument("-T", dest="tty", action="store_const", const=False, help="no terminal")
+    p.add_argument(
+        "--keep",
+        default="",
+        metavar="NAME",
+        help="before WORKER: a shell kept on the node (tmux) that outlives this connection; "
+        "--keep NAME again reattaches it (the browser's terminal is 'main')",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND")
     p.set_defaults(run=ssh, tty=None)

@@ -36,8 +36,11 @@
     socket.binaryType = "arraybuffer";
     let ended = false;
     socket.onopen = function () {
+      // A kept terminal (tmux on the node): reconnecting, or opening it again in another tab,
+      // attaches to the same shell.
       socket.send(JSON.stringify({
         type: "start", command: [], pty: true, cols: term.cols, rows: term.rows, client: "browser",
+        keep: host.dataset.keep || "",
       }));
     };
     socket.onmessage = function (event) {
