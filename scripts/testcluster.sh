@@ -40,7 +40,8 @@ SLURMD_SPOOL_DIR=/var/lib/slurm/slurmd
 SLURM_MIN_CPUS="${ACTIVATE_TEST_CLUSTER_CPUS:-64}"
 
 LOCK_FILE=/run/activate-testcluster.lock
-PACKAGES=(munge slurmctld slurmd slurm-client openssh-server)
+# tmux: kept terminals (tests/e2e/test_terminal.py) need it on the node.
+PACKAGES=(munge slurmctld slurmd slurm-client openssh-server tmux)
 
 NODE_NAME="$(uname -n)"
 NODE_NAME="${NODE_NAME%%.*}"   # short host name, as slurmd/slurmctld use it
@@ -135,7 +136,7 @@ packages_missing() {
     for f in /usr/sbin/munged /usr/bin/munge /usr/bin/unmunge \
              /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch /usr/bin/sinfo \
              /usr/bin/scontrol /usr/bin/srun /usr/sbin/sshd /usr/bin/ssh \
-             /usr/bin/ssh-keygen; do
+             /usr/bin/ssh-keygen /usr/bin/tmux; do
         [[ -x $f ]] || return 0
     done
     return 1
