@@ -199,6 +199,17 @@ window.Notification = Recorded;
 """
 
 
+def open_terminal(context: Any, row: Any, ui: Browser) -> Any:
+    """Open in terminal, from the row's menu: the terminal's tab once it is connected."""
+    row.locator("details.menu summary").click()
+    with context.expect_page() as opened:
+        row.get_by_role("link", name="Open in terminal").click()
+    shell = opened.value
+    shell.on("pageerror", lambda e: ui.errors.append(str(e)))
+    shell.locator("#terminal-state", has_text="Connected").wait_for(timeout=60_000)
+    return shell
+
+
 def status_of_row(page: Any, public_id: str) -> str:
     row = page.locator(f"#worker-{public_id}")
     return row.get_attribute("data-status", timeout=1000) if row.count() else ""
@@ -311,12 +322,7 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
 
     # Open in terminal: a shell on the node in a tab of its own; it follows the window's size.
     row.locator("details.menu:not([open])").wait_for()
-    row.locator("details.menu summary").click()
-    with context.expect_page() as opened:
-        row.get_by_role("link", name="Open in terminal").click()
-    shell = opened.value
-    shell.on("pageerror", lambda e: ui.errors.append(str(e)))
-    shell.locator("#terminal-state", has_text="Connected").wait_for(timeout=60_000)
+    shell = open_terminal(context, row, ui)
     screen = shell.locator(".xterm-rows")
     shell.keyboard.type("echo node-is-$(hostname)\n")
     shell.get_by_text(f"node-is-{worker.node_hostname}").wait_for(timeout=30_000)
@@ -348,12 +354,7 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
     shell.keyboard.type("export KEPT=kept-$((6*7))\n")
     shell.close()
     row.locator("a", has_text="terminal main").wait_for(timeout=30_000)
-    row.locator("details.menu summary").click()
-    with context.expect_page() as opened:
-        row.get_by_role("link", name="Open in terminal").click()
-    shell = opened.value
-    shell.on("pageerror", lambda e: ui.errors.append(str(e)))
-    shell.locator("#terminal-state", has_text="Connected").wait_for(timeout=60_000)
+    shell = open_terminal(context, row, ui)
     screen = shell.locator(".xterm-rows")
     shell.keyboard.type("echo again-$KEPT\n")
     try:

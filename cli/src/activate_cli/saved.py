@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from activate_cli.client import ApiClient
 from activate_cli.output import cell, emit, pairs, table
-from activate_cli.params import parse_param
+from activate_cli.params import add_param_option
 
 SavedRequest = dict[str, Any]
 
@@ -93,14 +93,7 @@ def add_parser(
     p.add_argument("name", metavar="NAME")
     p.add_argument("cluster", metavar="CLUSTER")
     p.add_argument("--environment", "-e", required=True, metavar="ENV")
-    p.add_argument(
-        "--param",
-        "-p",
-        action="append",
-        type=parse_param,
-        metavar="KEY=VALUE",
-        help="a scheduling field, e.g. walltime=04:00:00 (repeatable)",
-    )
+    add_param_option(p)
     p.set_defaults(run=create)
 
     p = sub.add_parser("get", help="show one saved request", parents=[common, output])

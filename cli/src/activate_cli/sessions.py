@@ -12,7 +12,7 @@ from urllib.parse import quote
 from activate_cli.client import ApiClient
 from activate_cli.errors import CliError, Interrupted
 from activate_cli.output import cell, emit, pairs, table, when
-from activate_cli.params import parse_param
+from activate_cli.params import add_param_option
 from activate_cli.waiting import poll
 
 # Session statuses as the API names them; a test checks them against its schema.
@@ -211,14 +211,7 @@ def add_parser(
     )
     p.add_argument("--environment", "-e", metavar="ENV", help="on a new worker of ENV")
     p.add_argument("--worker", "-w", metavar="ID", help="on this connected worker of yours")
-    p.add_argument(
-        "--param",
-        "-p",
-        action="append",
-        type=parse_param,
-        metavar="KEY=VALUE",
-        help="a scheduling field of the new worker, e.g. walltime=04:00:00 (repeatable)",
-    )
+    add_param_option(p, what="a scheduling field of the new worker")
     p.add_argument("--name", default="", help="letters, digits, underscores; default TYPE_TIME")
     p.add_argument("--wait", action="store_true", help="wait until it is running")
     p.add_argument("--open", action="store_true", help="wait, then open it in your browser")

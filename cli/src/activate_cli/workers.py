@@ -12,7 +12,7 @@ from urllib.parse import quote
 from activate_cli.client import ApiClient
 from activate_cli.errors import CliError, Interrupted, NotFound, UsageError
 from activate_cli.output import cell, emit, pairs, table, when
-from activate_cli.params import parse_param
+from activate_cli.params import add_param_option
 from activate_cli.saved import not_found as saved_not_found
 from activate_cli.saved import saved_path
 from activate_cli.statuses import (
@@ -284,14 +284,7 @@ def add_parser(
         help="a saved request's cluster, environment and fields (see pw saved); "
         "--param and --environment given here win",
     )
-    p.add_argument(
-        "--param",
-        "-p",
-        action="append",
-        type=parse_param,
-        metavar="KEY=VALUE",
-        help="a scheduling field, e.g. walltime=04:00:00 (repeatable)",
-    )
+    add_param_option(p)
     p.add_argument("--name", default="", help="default: ENV-ID")
     p.add_argument(
         "--count",
