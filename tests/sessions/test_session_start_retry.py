@@ -84,7 +84,8 @@ def test_a_start_cut_off_by_a_dropped_ssh_connection_starts_again_with_one_progr
     assert (session.status, session.status_reason) == ("running", "")
     reasons = [e.reason for e in session.events.all()]
     retried = [r for r in reasons if r.startswith(RETRYING)]
-    assert len(retried) == 1, reasons
+    # One retry, or two when the SSH server took longer than the 3 s between tries to come back.
+    assert 1 <= len(retried) <= 2, reasons
     assert "cannot connect" in retried[0], retried[0]
     # One program on the node, the one the platform knows: whatever the cut start left ended.
     found = poll(lambda: launchers(owner, session_id) == [session.node_pid], timeout=30)
