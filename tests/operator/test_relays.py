@@ -4,6 +4,8 @@ host (the test cluster's sshd) as clusters come, change and go."""
 
 from __future__ import annotations
 
+import random
+import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -149,6 +151,20 @@ def test_a_lapsed_lease_is_taken_back_only_if_nobody_took_it(settings: Any) -> N
     assert not first.renew()
 
 
+def free_port_outside_the_ephemeral_range() -> int:
+    """A port free on IPv4 and IPv6 loopback (the relay binds both) that no outgoing
+    connection will take meanwhile: the old port + 1 once was one, and the relay never came up."""
+    for port in random.sample(range(20000, 30000), 200):
+        try:
+            with socket.socket(socket.AF_INET) as v4, socket.socket(socket.AF_INET6) as v6:
+                v4.bind(("127.0.0.1", port))
+                v6.bind(("::1", port))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no free port found")
+
+
 @pytest.mark.slurm
 @pytest.mark.django_db(transaction=True)
 def test_the_supervisor_sets_up_changes_and_stops_relays_with_their_clusters(
@@ -176,7 +192,7 @@ def test_the_supervisor_sets_up_changes_and_stops_relays_with_their_clusters(
         assert len(relay_pids(tag)) == 1
         # A new fixed port is a new relay, there.
         first_pid = relay_pids(tag)[0]
-        cluster.relay_port = int(relay.address.rpartition(":")[2]) + 1
+        cluster.relay_port = free_port_outside_the_ephemeral_range()
         cluster.save()
         supervisor.step()
         wait_for(
