@@ -61,7 +61,11 @@ def test_pbs_refuses_a_job_that_is_not_running_on_a_node() -> None:
         PbsAdapter(runner).interactive_command("1001.pbs01", [], pty=True)
 
 
-def test_a_plain_host_runs_the_shell_or_the_command_where_it_is() -> None:
+def test_a_plain_host_runs_the_shell_or_the_command_where_it_is_marked_as_the_jobs() -> None:
     adapter = HostAdapter(FakeRunner())
-    assert adapter.interactive_command("12345", [], pty=True) == 'exec "${SHELL:-/bin/sh}" -l'
-    assert adapter.interactive_command("12345", ["ls", "-l"], pty=False) == "ls -l"
+    assert (
+        adapter.interactive_command("12345", [], pty=True)
+        == 'export ACTIVATE_JOB_ID=12345; exec "${SHELL:-/bin/sh}" -l'
+    )
+    line = adapter.interactive_command("12345", ["ls", "-l"], pty=False)
+    assert line == "env ACTIVATE_JOB_ID=12345 ls -l"

@@ -228,6 +228,7 @@ def test_rendered_script() -> None:
         "#PBS -A proj1",
         "export ACTIVATE_WORKER_ID=w2abc",
         'export ACTIVATE_JOB_ID="${PBS_JOBID:-}"',
+        "export ACTIVATE_JOB_VARIABLE=PBS_JOBID",
         "exec sleep 10",
     ]
 

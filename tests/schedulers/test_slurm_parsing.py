@@ -474,6 +474,7 @@ def test_rendered_script_has_platform_header_then_user_directives() -> None:
         "#SBATCH --account=proj1",
         "export ACTIVATE_URL=http://127.0.0.1:8000",
         'export ACTIVATE_JOB_ID="${SLURM_JOB_ID:-}"',
+        "export ACTIVATE_JOB_VARIABLE=SLURM_JOB_ID",
         "exec sleep 10",
     ]
 

@@ -4,8 +4,9 @@
 Standard library only, Python 3.6+, so it runs on whatever Python 3 a compute node has.
 Configuration comes from the environment the job script sets:
 ACTIVATE_URL, ACTIVATE_WORKER_ID, ACTIVATE_AGENT_KEY_ID, ACTIVATE_AGENT_KEY,
-ACTIVATE_HEARTBEAT_INTERVAL, and ACTIVATE_JOB_ID (the job's id, copied by the script from
-wherever its scheduler puts it).
+ACTIVATE_HEARTBEAT_INTERVAL, ACTIVATE_JOB_ID (the job's id, copied by the script from
+wherever its scheduler puts it), and ACTIVATE_JOB_VARIABLE (the variable in which the scheduler
+puts that id in the environment of the job's steps, if any).
 
 The key never leaves the node: every request carries an HMAC of its method, path, timestamp,
 nonce and body, and every answer must carry the platform's HMAC of its status, that nonce and
@@ -15,6 +16,9 @@ platform's name: an answer that is not signed is a network error, retried, whate
 
 It also watches the launchers of its sessions (processes of its own user whose argv holds
 ``--activate-session ID``) and tells the platform at once when one is gone.
+
+When the platform asks for it (``activity_interval``), some heartbeats also carry the CPU time
+and I/O bytes the job's processes used since the last report, in all and for each session.
 
 Exit codes: 0 the platform ended the worker (or SIGTERM), 3 the platform refused this key.
 """
@@ -32,7 +36,7 @@ import time
 import urllib.error
 import urllib.request
 from binascii import hexlify
-from typing import Optional, Set
+from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 GONE, FORBIDDEN, NOT_YET = 410, 403, 409
 SCHEME = "ActivateHMAC"
@@ -150,27 +154,54 @@ class Platform:
         return json.loads(answer.decode() or "{}")
 
 
+def argv_sessions(argv: List[bytes]) -> List[str]:
+    """Session ids an argv launches: each valid ID after --activate-session."""
+    found = []  # type: List[str]
+    for at in range(len(argv) - 1):
+        if argv[at] == SESSION_FLAG:
+            session = argv[at + 1].decode("ascii", "replace")
+            if SESSION_ID.match(session):
+                found.append(session)
+    return found
+
+
+def own_processes(uid: int, proc: str) -> Iterator[Tuple[int, int]]:
+    """(pid, open directory fd) for each process of ``uid``; the fd is closed once the caller
+    moves on. The owner is checked on that fd before anything in it is opened (others'
+    processes are never read), and files opened through it belong to that very process even
+    if its pid is reused meanwhile."""
+    try:
+        pids = [name for name in os.listdir(proc) if name.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            fd = os.open(os.path.join(proc, pid), os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_uid == uid:
+                yield int(pid), fd
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def read_at(dir_fd: int, name: str) -> bytes:
+    with os.fdopen(os.open(name, os.O_RDONLY, dir_fd=dir_fd), "rb") as handle:
+        return handle.read()
+
+
 def launcher_sessions(uid: int, proc: str = "/proc") -> Set[str]:
     """Ids of sessions whose launcher runs as ``uid``: processes of that uid (the owner of
     /proc/<pid>; others' processes are never read) whose argv holds --activate-session ID."""
     found = set()  # type: Set[str]
-    try:
-        pids = [name for name in os.listdir(proc) if name.isdigit()]
-    except OSError:
-        return found
-    for pid in pids:
+    for _pid, fd in own_processes(uid, proc):
         try:
-            if os.stat(os.path.join(proc, pid)).st_uid != uid:
-                continue
-            with open(os.path.join(proc, pid, "cmdline"), "rb") as handle:
-                argv = handle.read().split(b"\0")
+            found.update(argv_sessions(read_at(fd, "cmdline").split(b"\0")))
         except OSError:
             continue
-        for at in range(len(argv) - 1):
-            if argv[at] == SESSION_FLAG:
-                session = argv[at + 1].decode("ascii", "replace")
-                if SESSION_ID.match(session):
-                    found.add(session)
     return found
 
 
@@ -189,12 +220,180 @@ class LauncherWatch:
         return gone
 
 
+Report = NamedTuple(
+    "Report",
+    [("span", float), ("cpu", float), ("io", int), ("sessions", Dict[str, Tuple[float, int]])],
+)
+REPORTED_SESSIONS = 30
+
+
+def merged(earlier: Report, later: Report) -> Report:
+    """One report covering both spans (a report the platform never got, and the next)."""
+    sessions = dict(earlier.sessions)
+    for session, (cpu, io) in later.sessions.items():
+        before = sessions.get(session, (0.0, 0))
+        sessions[session] = (before[0] + cpu, before[1] + io)
+    return Report(
+        earlier.span + later.span, earlier.cpu + later.cpu, earlier.io + later.io, sessions
+    )
+
+
+def report_fields(report: Report) -> Dict[str, str]:
+    """The report as the heartbeat carries it: strings only, the busiest sessions first."""
+    busiest = sorted(report.sessions.items(), key=lambda item: (-item[1][0], -item[1][1], item[0]))
+    return {
+        "span": "%.1f" % report.span,
+        "cpu": "%.2f" % report.cpu,
+        "io": "%d" % report.io,
+        "sessions": ",".join(
+            "%s:%.2f:%d" % (session, cpu, io) for session, (cpu, io) in busiest[:REPORTED_SESSIONS]
+        ),
+    }
+
+
+def io_bytes(dir_fd: int) -> int:
+    try:
+        text = read_at(dir_fd, "io")
+    except OSError:
+        return 0
+    total = 0
+    for line in text.splitlines():
+        name, _, value = line.partition(b":")
+        if name in (b"rchar", b"wchar"):
+            total += int(value)
+    return total
+
+
+class JobActivity:
+    """CPU time and I/O of the job's own processes (of ``uid``, not the agent, and, given a job
+    id, with that id in their environment) between one sample and the next, for the whole job
+    and for each session launcher with its descendants."""
+
+    def __init__(
+        self,
+        uid: int,
+        job_id: str,
+        job_variable: str,
+        proc: str = "/proc",
+        own_pid: Optional[int] = None,
+    ) -> None:
+        self.uid = uid
+        self.proc = proc
+        self.own_pid = os.getpid() if own_pid is None else own_pid
+        names = ["ACTIVATE_JOB_ID"] + ([job_variable] if job_variable else [])
+        self.markers = {("%s=%s" % (name, job_id)).encode() for name in names} if job_id else set()
+        self.tick = float(os.sysconf("SC_CLK_TCK"))
+        # (pid, starttime) -> (CPU ticks, I/O bytes, ppid): a reused pid is another process.
+        self.previous = None  # type: Optional[Dict[Tuple[int, int], Tuple[int, int, int]]]
+        self.previous_at = 0.0
+        # What a process's totals will grow by when it reaps children already counted.
+        self.owed = {}  # type: Dict[Tuple[int, int], Tuple[int, int]]
+
+    def processes(self) -> Dict[int, Tuple[int, int, int, int, List[str]]]:
+        """pid -> (ppid, starttime, CPU ticks, I/O bytes, sessions it launches)."""
+        found = {}  # type: Dict[int, Tuple[int, int, int, int, List[str]]]
+        for pid, fd in own_processes(self.uid, self.proc):
+            if pid == self.own_pid:
+                continue
+            try:
+                if self.markers:
+                    environ = read_at(fd, "environ").split(b"\0")
+                    if not self.markers.intersection(environ):
+                        continue
+                stat = read_at(fd, "stat")
+                # After the command's name, which may hold spaces and parentheses itself.
+                fields = stat[stat.rindex(b")") + 1 :].split()
+                ppid, start = int(fields[1]), int(fields[19])
+                # With the children it waited for: the short-lived ones between two samples.
+                ticks = sum(int(value) for value in fields[11:15])
+                io = io_bytes(fd)
+                sessions = argv_sessions(read_at(fd, "cmdline").split(b"\0"))
+            except (OSError, ValueError, IndexError):
+                continue
+            found[pid] = (ppid, start, ticks, io, sessions)
+        return found
+
+    def sample(self) -> Optional[Report]:
+        """What the job used since the last sample; None the first time (the baseline)."""
+        now = time.monotonic()
+        processes = self.processes()
+        current = {(pid, info[1]): (info[2], info[3], info[0]) for pid, info in processes.items()}
+        previous = self.previous
+        span = now - self.previous_at
+        self.previous, self.previous_at = current, now
+        if previous is None:
+            return None
+        self.owe_for_ended(previous, current)
+        used = {}  # type: Dict[int, Tuple[int, int]]
+        children = {}  # type: Dict[int, List[int]]
+        for pid, (ppid, start, ticks, io, _sessions) in processes.items():
+            # A process new since the last sample started within the span: all of it counts.
+            was = previous.get((pid, start), (0, 0, 0))
+            owed = self.owed.pop((pid, start), (0, 0))
+            grown = (max(0, ticks - was[0]), max(0, io - was[1]))
+            used[pid] = (max(0, grown[0] - owed[0]), max(0, grown[1] - owed[1]))
+            if owed[0] > grown[0] or owed[1] > grown[1]:  # children it has not reaped yet
+                self.owed[(pid, start)] = (max(0, owed[0] - grown[0]), max(0, owed[1] - grown[1]))
+            children.setdefault(ppid, []).append(pid)
+        members = {}  # type: Dict[str, Set[int]]
+        for pid, info in processes.items():
+            for session in info[4]:
+                # A set: a launcher's forked child holds the same argv, and counts once.
+                tree = members.setdefault(session, set())
+                todo = [pid]
+                while todo:
+                    at = todo.pop()
+                    if at not in tree:
+                        tree.add(at)
+                        todo.extend(children.get(at, []))
+        sessions = {
+            session: (
+                sum(used[pid][0] for pid in tree) / self.tick,
+                sum(used[pid][1] for pid in tree),
+            )
+            for session, tree in members.items()
+        }
+        return Report(
+            span,
+            sum(ticks for ticks, _io in used.values()) / self.tick,
+            sum(io for _ticks, io in used.values()),
+            sessions,
+        )
+
+    def owe_for_ended(
+        self,
+        previous: Dict[Tuple[int, int], Tuple[int, int, int]],
+        current: Dict[Tuple[int, int], Tuple[int, int, int]],
+    ) -> None:
+        """A child that ended was counted up to its last sample; its parent's totals grow by
+        all of it (CPU and I/O both) once reaped, and only the rest is new."""
+        alive = {pid: (pid, start) for pid, start in current}
+        for key, (ticks, io, ppid) in previous.items():
+            parent = alive.get(ppid)
+            if key not in current and parent is not None and parent in previous:
+                owed = self.owed.get(parent, (0, 0))
+                self.owed[parent] = (owed[0] + ticks, owed[1] + io)
+        for key in list(self.owed):
+            if key not in current:
+                del self.owed[key]
+
+
 class Agent:
-    def __init__(self, platform: Platform, identity: dict, interval: float) -> None:
+    def __init__(
+        self,
+        platform: Platform,
+        identity: dict,
+        interval: float,
+        activity: Optional[JobActivity] = None,
+    ) -> None:
         self.platform = platform
         self.identity = identity
         self.interval = interval
         self.connected = False
+        self.activity = activity
+        self.activity_interval = 0.0  # never, unless the platform asks
+        self.activity_at = None  # type: Optional[float]
+        self.unsent = None  # type: Optional[Report]
         # Short blips are retried quickly; a long outage is retried at the heartbeat interval.
         self.retry_delay = min(2.0, interval)
 
@@ -231,11 +430,35 @@ class Agent:
             if answer is None:
                 return self.retry_delay
             self.interval = float(answer.get("heartbeat_interval", self.interval))
+            try:
+                self.activity_interval = max(0.0, float(answer.get("activity_interval") or 0))
+            except (TypeError, ValueError):
+                self.activity_interval = 0.0
             self.connected = True
             log("connected as %s on %s" % (self.identity["worker"], self.identity["hostname"]))
-        elif self.call("/agent/v1/heartbeat", {"worker": self.identity["worker"]}) is None:
-            return self.retry_delay
+        else:
+            payload = {"worker": self.identity["worker"]}
+            payload.update(self.activity_fields())
+            if self.call("/agent/v1/heartbeat", payload) is None:
+                return self.retry_delay
+            if "span" in payload:
+                self.unsent = None
         return self.interval
+
+    def activity_fields(self) -> Dict[str, str]:
+        """The job's activity report for this beat, when one is due; {} otherwise."""
+        if self.activity is None or not self.activity_interval:
+            return {}
+        now = time.monotonic()
+        if self.activity_at is not None and now - self.activity_at < self.activity_interval:
+            return {}
+        self.activity_at = now
+        report = self.activity.sample()
+        if report is None:  # the baseline
+            return {}
+        # A report the platform never got goes with the next one, its span added.
+        self.unsent = report if self.unsent is None else merged(self.unsent, report)
+        return report_fields(self.unsent)
 
     def report(self, ended: Set[str]) -> bool:
         sessions = sorted(ended)
@@ -262,7 +485,12 @@ def main() -> int:
         "hostname": socket.gethostname(),
         "job_id": os.environ.get("ACTIVATE_JOB_ID", ""),
     }
-    agent = Agent(platform, identity, interval)
+    activity = JobActivity(
+        os.getuid(),
+        os.environ.get("ACTIVATE_JOB_ID", ""),
+        os.environ.get("ACTIVATE_JOB_VARIABLE", ""),
+    )
+    agent = Agent(platform, identity, interval, activity)
     watch = LauncherWatch(os.getuid())
     ended = set()  # type: Set[str]
     next_beat = next_report = 0.0

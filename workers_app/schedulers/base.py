@@ -139,6 +139,7 @@ SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,=@%+/\-\[\]]+$")
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Where a job script hands the node agent its job id, whatever the scheduler calls it.
 JOB_ID_VARIABLE = "ACTIVATE_JOB_ID"
+JOB_VARIABLE_NAME = "ACTIVATE_JOB_VARIABLE"
 
 
 class SchedulerAdapter(ABC):
@@ -232,6 +233,8 @@ class SchedulerAdapter(ABC):
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.environment.items())]
         if self.job_id_variable:
             lines.append(f'export {JOB_ID_VARIABLE}="${{{self.job_id_variable}:-}}"')
+            # The agent counts the processes whose environment names the job as its own.
+            lines.append(f"export {JOB_VARIABLE_NAME}={self.job_id_variable}")
         lines.append(spec.command)
         return "\n".join(lines) + "\n"
 

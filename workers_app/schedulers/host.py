@@ -357,13 +357,18 @@ class HostAdapter(SchedulerAdapter):
     ) -> CommandResult:
         if not JOB_ID.fullmatch(job_id):
             raise ValueError(f"not a host job id: {job_id!r}")
-        # The host is the node: the command runs beside the job.
-        return self.runner.run(argv, timeout=timeout, output_limit=output_limit)
+        # The host is the node: the command runs beside the job, marked as the job's (the
+        # agent counts its CPU and I/O as the job's).
+        marked = ["env", f"{JOB_ID_VARIABLE}={job_id}", *argv]
+        return self.runner.run(marked, timeout=timeout, output_limit=output_limit)
 
     def interactive_command(self, job_id: str, argv: list[str], *, pty: bool) -> str:
         if not JOB_ID.fullmatch(job_id):
             raise ValueError(f"not a host job id: {job_id!r}")
-        return shlex.join(argv) if argv else 'exec "${SHELL:-/bin/sh}" -l'
+        mark = f"{JOB_ID_VARIABLE}={job_id}"
+        if argv:
+            return shlex.join(["env", mark, *argv])
+        return f'export {mark}; exec "${{SHELL:-/bin/sh}}" -l'
 
     @classmethod
     def interactive_failure(cls, output: str) -> str | None:
