@@ -14,3 +14,7 @@ class NoticesAppConfig(AppConfig):
         from workers_app import signals
 
         signals.worker_connected.connect(receivers.tell_connected, dispatch_uid="notice-connected")
+        signals.idle_warning.connect(receivers.warn_idle, dispatch_uid="notice-idle")
+        signals.idle_warning_cleared.connect(
+            receivers.take_back_idle_warning, dispatch_uid="notice-idle-taken-back"
+        )

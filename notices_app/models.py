@@ -12,6 +12,7 @@ from workers_app.models import Worker
 class NoticeKind(models.TextChoices):
     CONNECTED = "connected", "Worker connected"
     WALLTIME = "walltime", "Wall time running out"
+    IDLE = "idle", "Idle: about to be deleted"
 
 
 class Notice(models.Model):
@@ -20,6 +21,8 @@ class Notice(models.Model):
     )
     worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="notices")
     kind = models.CharField(max_length=16, choices=NoticeKind.choices)
+    # What on the worker it is about when not the worker itself: a session's public id.
+    subject = models.CharField(max_length=16, blank=True)
     title = models.CharField(max_length=200)
     body = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -28,8 +31,11 @@ class Notice(models.Model):
     class Meta:
         ordering = ["id"]
         constraints = [
-            # Each kind once per worker, however many sweeps or processes notice it.
-            models.UniqueConstraint(fields=["worker", "kind"], name="notice_once_per_worker"),
+            # Each kind once per worker (and subject), however many sweeps or processes notice
+            # it; an idle warning is removed when its clock is reset, so it can come again.
+            models.UniqueConstraint(
+                fields=["worker", "kind", "subject"], name="notice_once_per_subject"
+            ),
         ]
         indexes = [models.Index(fields=["user", "id"], name="notice_user_id")]
 
@@ -47,6 +53,8 @@ class NoticePrefs(models.Model):
     connected_email = models.BooleanField("Connected: by e-mail", default=True)
     walltime_page = models.BooleanField("Wall time running out: on the page", default=True)
     walltime_email = models.BooleanField("Wall time running out: by e-mail", default=True)
+    idle_page = models.BooleanField("Idle, about to be deleted: on the page", default=True)
+    idle_email = models.BooleanField("Idle, about to be deleted: by e-mail", default=True)
 
     def __str__(self) -> str:
         return f"notices of {self.user}"

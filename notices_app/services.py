@@ -10,10 +10,13 @@ from django.contrib.auth.models import User
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
+from django.urls import reverse
 from django.utils import timezone
 
 from notices_app.models import Notice, NoticeKind, NoticePrefs
+from sessions_app.models import Session
 from workers_app import walltime
+from workers_app.idle import describe_minutes
 from workers_app.models import Worker
 from workers_app.statemachine import enqueue_on_commit
 from workers_app.statuses import WorkerStatus
@@ -35,9 +38,11 @@ def save_prefs(user: User, choices: dict[str, bool]) -> NoticePrefs:
     return prefs
 
 
-def tell(worker: Worker, kind: NoticeKind, title: str, body: str) -> Notice | None:
-    """Record the notice once per worker and kind; e-mail it after commit if the owner wants it
-    and has an address. None when told already, or when the owner wants it no way at all."""
+def tell(
+    worker: Worker, kind: NoticeKind, title: str, body: str, *, subject: str = ""
+) -> Notice | None:
+    """Record the notice once per worker, kind and subject; e-mail it after commit if the owner
+    wants it and has an address. None when told already, or wanted no way at all."""
     prefs = prefs_of(worker.owner)
     by_email = prefs.wants(kind, "email") and bool(worker.owner.email)
     if not (prefs.wants(kind, "page") or by_email):
@@ -45,7 +50,12 @@ def tell(worker: Worker, kind: NoticeKind, title: str, body: str) -> Notice | No
     try:
         with transaction.atomic():
             notice = Notice.objects.create(
-                user=worker.owner, worker=worker, kind=kind, title=title[:200], body=body[:500]
+                user=worker.owner,
+                worker=worker,
+                kind=kind,
+                subject=subject,
+                title=title[:200],
+                body=body[:500],
             )
     except IntegrityError:
         return None
@@ -91,6 +101,37 @@ def warn_walltimes(now: datetime | None = None) -> int:
     return warned
 
 
+def warn_idle(worker: Worker, session: Session | None, ends_at: datetime) -> Notice | None:
+    what = f"Session {session.name}" if session is not None else f"Worker {worker.name}"
+    minutes = session.idle_minutes if session is not None else worker.idle_minutes
+    ending = "ends" if session is not None else "is deleted"
+    return tell(
+        worker,
+        NoticeKind.IDLE,
+        f"{what} is idle: it {ending} at {ends_at:%H:%M} UTC",
+        f"Nothing has run or been used on it for a while; after {describe_minutes(minutes or 0)} "
+        "idle it " + ending + ". Keep it to start the clock again.",
+        subject=session.public_id if session is not None else "",
+    )
+
+
+def take_back_idle_warning(worker: Worker, session: Session | None) -> int:
+    subject = session.public_id if session is not None else ""
+    deleted, _ = Notice.objects.filter(
+        worker=worker, kind=NoticeKind.IDLE, subject=subject
+    ).delete()
+    return deleted
+
+
+def keep_url(notice: Notice) -> str:
+    """Where the page's Keep button posts for an idle warning ("" for other notices)."""
+    if notice.kind != NoticeKind.IDLE:
+        return ""
+    if notice.subject:
+        return reverse("sessions:keep", args=[notice.subject])
+    return reverse("pages:keep-worker", args=[notice.worker.public_id])
+
+
 def email_notice(notice_id: int) -> bool:
     """Send a notice's e-mail, at least once: marked sent only after the mail server took it,
     so a failure is retried and a sent one is not sent again."""
@@ -112,7 +153,11 @@ def shown_to(user: User, *, after: int) -> QuerySet[Notice]:
     """The user's notices after ``after`` that they want on the page, oldest first."""
     prefs = prefs_of(user)
     kinds = [kind for kind in NoticeKind.values if prefs.wants(kind, "page")]
-    return Notice.objects.filter(user=user, id__gt=after, kind__in=kinds).order_by("id")
+    return (
+        Notice.objects.filter(user=user, id__gt=after, kind__in=kinds)
+        .select_related("worker")
+        .order_by("id")
+    )
 
 
 def last_id(user: User) -> int:

@@ -19,7 +19,14 @@ FEED_MAX = 20
 class PrefsForm(forms.ModelForm):
     class Meta:
         model = NoticePrefs
-        fields = ["connected_page", "connected_email", "walltime_page", "walltime_email"]
+        fields = [
+            "connected_page",
+            "connected_email",
+            "walltime_page",
+            "walltime_email",
+            "idle_page",
+            "idle_email",
+        ]
 
 
 def _user(request: HttpRequest) -> User:
@@ -36,7 +43,18 @@ def feed(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"detail": "after: must be a notice id"}, status=400)
     shown = services.shown_to(_user(request), after=after)[:FEED_MAX]
     return JsonResponse(
-        {"notices": [{"id": n.id, "kind": n.kind, "title": n.title, "body": n.body} for n in shown]}
+        {
+            "notices": [
+                {
+                    "id": n.id,
+                    "kind": n.kind,
+                    "title": n.title,
+                    "body": n.body,
+                    "keep": services.keep_url(n),
+                }
+                for n in shown
+            ]
+        }
     )
 
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 from sessions_app import kinds
 from sessions_app.statuses import SessionStatus
 from workers_app.keystore import decrypt_private_key, encrypt_private_key
+from workers_app.models.idle import IdlePolicy
 
 PUBLIC_ID_ALPHABET = "abcdefghijkmnopqrstuvwxyz23456789"
 
@@ -17,7 +18,7 @@ def generate_public_id() -> str:
     return "s" + "".join(secrets.choice(PUBLIC_ID_ALPHABET) for _ in range(10))
 
 
-class Session(models.Model):
+class Session(IdlePolicy):
     public_id = models.CharField(max_length=16, unique=True, default=generate_public_id)
     name = models.CharField(max_length=64)
     owner = models.ForeignKey(

@@ -22,6 +22,8 @@ from django.utils import timezone
 from sessions_app import kinds, launch, lifecycle
 from sessions_app.models import Session
 from sessions_app.statuses import LIVE, SessionStatus
+from workers_app import idle, signals
+from workers_app import lifecycle as worker_lifecycle
 from workers_app import services as worker_services
 from workers_app.models import Worker
 from workers_app.params import ParameterError
@@ -58,6 +60,7 @@ def create_session(
     worker_id: str = "",
     params: Mapping[str, object] | None = None,
     name: str = "",
+    idle_minutes: float | None = None,
 ) -> Session:
     """A session on an environment (a dedicated worker is requested for it) or on a connected
     worker of the owner's. Raises ParameterError naming the offending field."""
@@ -70,11 +73,22 @@ def create_session(
         raise ParameterError("name", "must be 1 to 64 letters, digits or underscores")
     if bool(environment) == bool(worker_id):
         raise ParameterError("environment", "give either an environment or a worker, not both")
+    problem = idle.policy_problem(idle_minutes)
+    if problem:
+        raise ParameterError("idle_minutes", problem)
     with transaction.atomic():
         if environment:
+            # The session's policy is the worker's: ending the session ends its worker.
             worker = worker_services.request_worker(
-                owner=owner, cluster=cluster, environment=environment, params=params, name=name
+                owner=owner,
+                cluster=cluster,
+                environment=environment,
+                params=params,
+                name=name,
+                idle_minutes=0,
             )
+            if idle_minutes is None and worker.environment is not None:
+                idle_minutes = idle.site_default(worker.environment)
             dedicated = True
         else:
             if params:
@@ -96,6 +110,7 @@ def create_session(
             session_type=session_type,
             worker=worker,
             dedicated_worker=dedicated,
+            idle_minutes=idle_minutes or None,
         )
         session.set_secret(secrets.token_urlsafe(24)[: kind.secret_length])
         session.save()
@@ -113,6 +128,7 @@ def create_again(session: Session) -> Session:
         "session_type": session.session_type,
         "cluster": worker.cluster.name,
     }
+    asked["idle_minutes"] = session.idle_minutes or 0
     if not session.dedicated_worker:
         return create_session(**asked, worker_id=worker.public_id)
     if worker.environment is None:
@@ -188,14 +204,19 @@ def start_session(session_id: int) -> str:
     return "running"
 
 
-def stop_session(session: Session, *, reason: str = lifecycle.REASON_STOPPED) -> bool:
+def stop_session(
+    session: Session,
+    *,
+    reason: str = lifecycle.REASON_STOPPED,
+    worker_reason: str = worker_lifecycle.REASON_DELETED,
+) -> bool:
     """End a session: its program stops; a dedicated worker is deleted (its job cancelled)."""
     with transaction.atomic():
         changed = lifecycle.end_session(session, reason=reason)
         if session.dedicated_worker:
             worker = Worker.objects.get(pk=session.worker_id)
             if worker.status not in WORKER_FINISHED:
-                worker_services.delete_worker(worker)
+                worker_services.delete_worker(worker, reason=worker_reason)
         elif changed and session.node_pid is not None:
             enqueue_on_commit(STOP_TASK, session.pk)
     return changed
@@ -289,3 +310,86 @@ def end_sessions_whose_launcher_ended(worker_id: int, public_ids: list[str]) -> 
     for session in running:
         changed += lifecycle.end_session(session, reason=REASON_PROGRAM_ENDED)
     return changed
+
+
+def keep_session(session: Session, *, owner: User) -> None:
+    """Keep: the session's idle clock starts again now, and any warning is taken back."""
+    if session.owner_id != owner.pk:
+        raise worker_services.NotOwner("only the session's owner can keep it")
+    now = timezone.now()
+    with transaction.atomic():
+        Session.objects.filter(pk=session.pk).update(idle_kept_at=now, idle_warned_at=None)
+        signals.idle_warning_cleared.send(sender=Session, worker=session.worker, session=session)
+    session.idle_kept_at, session.idle_warned_at = now, None
+
+
+def session_idleness(sessions: list[Session], now: datetime) -> dict[int, float | None]:
+    """Seconds each running session has been quiet (None: not measured), by its own traffic
+    and processes; its worker's agent must be reporting."""
+    workers = {s.worker_id: s.worker for s in sessions}
+    measured = idle.idleness_of(list(workers.values()), now)
+    found: dict[int, float | None] = {}
+    by_worker: dict[int, list[Session]] = {}
+    for session in sessions:
+        by_worker.setdefault(session.worker_id, []).append(session)
+    for worker_id, on_worker in by_worker.items():
+        state = measured.get(worker_id)
+        if state is None or not state.measured:
+            found.update({s.pk: None for s in on_worker})
+            continue
+        busy = idle.session_quiet_since(worker_id, [s.public_id for s in on_worker])
+        for session in on_worker:
+            marks = [busy.get(session.public_id), session.started_at, session.idle_kept_at]
+            since = max(m for m in marks if m is not None)
+            found[session.pk] = idle.Idleness(True, since).idle_for(now)
+    return found
+
+
+def sweep_idle_sessions(now: datetime | None = None) -> dict[str, int]:
+    """Warn the owners of sessions idle nearly as long as their policy, end those past it,
+    and take back the warnings of those busy again."""
+    now = now or timezone.now()
+    done = {idle.Decision.WARN: 0, idle.Decision.END: 0, idle.Decision.CLEAR: 0}
+    sessions = list(
+        Session.objects.filter(status=S.RUNNING, idle_minutes__gt=0).select_related(
+            "worker", "worker__cluster", "owner"
+        )
+    )
+    quiet = session_idleness(sessions, now)
+    for session in sessions:
+        idle_for = quiet.get(session.pk)
+        if idle_for is None or session.idle_minutes is None:
+            continue
+        policy = idle.policy_seconds(session.idle_minutes)
+        decision = idle.decide(idle_for, policy, session.idle_warned_at, now)
+        if decision == idle.Decision.WARN:
+            done[decision] += _warn_idle_session(session, now, idle.warning_lead(policy or 0))
+        elif decision == idle.Decision.CLEAR:
+            with transaction.atomic():
+                done[decision] += Session.objects.filter(pk=session.pk).update(idle_warned_at=None)
+                signals.idle_warning_cleared.send(
+                    sender=Session, worker=session.worker, session=session
+                )
+        elif decision == idle.Decision.END:
+            done[decision] += stop_session(
+                session,
+                reason=idle.idle_reason(session.idle_minutes, what="Ended"),
+                worker_reason=idle.idle_reason(session.idle_minutes),
+            )
+    return done
+
+
+def _warn_idle_session(session: Session, now: datetime, lead: float) -> bool:
+    with transaction.atomic():
+        warned = Session.objects.filter(
+            pk=session.pk, status=S.RUNNING, idle_warned_at__isnull=True
+        ).update(idle_warned_at=now)
+        if warned:
+            session.idle_warned_at = now
+            signals.idle_warning.send(
+                sender=Session,
+                worker=session.worker,
+                session=session,
+                ends_at=now + timedelta(seconds=lead),
+            )
+    return bool(warned)

@@ -31,3 +31,8 @@ def stop_program(session_id: int) -> None:
 @shared_task
 def sweep_sessions() -> int:
     return services.sweep_sessions()
+
+
+@shared_task
+def sweep_idle_sessions() -> dict[str, int]:
+    return services.sweep_idle_sessions()

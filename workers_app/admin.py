@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from workers_app import accounts, clusters, services, usage
+from workers_app import accounts, clusters, idle, services, usage
 from workers_app.accounts import public_key_of
 from workers_app.agents.heartbeats import HeartbeatStore
 from workers_app.models import (
@@ -57,7 +57,15 @@ class ClusterForm(forms.ModelForm):
             "agent_route",
             "relay_host",
             "relay_port",
+            "idle_minutes",
         ]
+
+    def clean_idle_minutes(self) -> float | None:
+        minutes: float | None = self.cleaned_data.get("idle_minutes")
+        problem = idle.policy_problem(minutes)
+        if problem:
+            raise forms.ValidationError(problem)
+        return minutes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -212,7 +220,15 @@ def relay_of(cluster: Cluster) -> AgentRelay | None:
 class EnvironmentInline(admin.TabularInline):
     model = Environment
     extra = 0
-    fields = ["name", "partition", "source", "is_active", "nodes_total", "nodes_available"]
+    fields = [
+        "name",
+        "partition",
+        "source",
+        "is_active",
+        "idle_minutes",
+        "nodes_total",
+        "nodes_available",
+    ]
     readonly_fields = ["nodes_total", "nodes_available"]
     show_change_link = True
 

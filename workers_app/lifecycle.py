@@ -198,9 +198,10 @@ def mark_job_ended(
     reason = reason or describe_job_end(state, exit_code)
     fields = {"scheduler_state": state, "exit_code": exit_code, "cancel_requested": False}
     if worker.status == S.STOPPING:
-        return _change(
-            worker, S.STOPPED, allowed_from=[S.STOPPING], reason=REASON_CANCELED, fields=fields
-        )
+        # A stop the platform asked for keeps its own reason ("Deleted after 30 minutes idle").
+        asked = worker.status_reason
+        final = REASON_CANCELED if asked in ("", REASON_DELETED) else asked
+        return _change(worker, S.STOPPED, allowed_from=[S.STOPPING], reason=final, fields=fields)
     return _change(
         worker,
         S.ERROR if failed else S.STOPPED,

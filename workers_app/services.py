@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -13,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from workers_app import effects, lifecycle, signals, usage
+from workers_app import effects, idle, lifecycle, signals, usage
 from workers_app.accounts import acting_account
 from workers_app.connections import adapter_for_worker
 from workers_app.models import Cluster, Environment, SavedRequest, Worker, WorkerCommand
@@ -38,6 +39,7 @@ def request_worker(
     params: Mapping[str, object] | None = None,
     name: str = "",
     idempotency_key: str = "",
+    idle_minutes: float | None = None,
 ) -> Worker:
     """Validate a worker request and record it as pending; submission follows after commit.
 
@@ -56,6 +58,7 @@ def request_worker(
         params=params,
         names=[name.strip()],
         keys=[idempotency_key],
+        idle_minutes=idle_minutes,
     )
     return worker
 
@@ -69,6 +72,7 @@ def request_workers(
     params: Mapping[str, object] | None = None,
     name: str = "",
     idempotency_key: str = "",
+    idle_minutes: float | None = None,
 ) -> list[Worker]:
     """``count`` workers alike, in one transaction and with one message to submit them all.
 
@@ -91,6 +95,7 @@ def request_workers(
         params=params,
         names=names,
         keys=keys,
+        idle_minutes=idle_minutes,
     )
 
 
@@ -124,7 +129,9 @@ def _record_requests(
     params: Mapping[str, object] | None,
     names: list[str],
     keys: list[str],
+    idle_minutes: float | None,
 ) -> list[Worker]:
+    """``idle_minutes``: the idle policy (0: none; None: the site's default)."""
     env = _active_environment(cluster, environment)
     found_cluster = env.cluster
     for name in names:
@@ -132,6 +139,11 @@ def _record_requests(
             raise ParameterError(
                 "name", f"must be at most {NAME_MAX} printable characters (no control characters)"
             )
+    problem = idle.policy_problem(idle_minutes)
+    if problem:
+        raise ParameterError("idle_minutes", problem)
+    if idle_minutes is None:
+        idle_minutes = idle.site_default(env)
     account = acting_account(owner, found_cluster)
     resolved = validate_params(env, params or {}, scheduler=adapter_class(found_cluster.scheduler))
     directives = directives_for(env, resolved)
@@ -147,6 +159,7 @@ def _record_requests(
             job_partition=env.partition,
             job_directives=list(directives),
             idempotency_key=key,
+            idle_minutes=idle_minutes or None,
             **lifecycle.initial_timing(now),
         )
         worker.name = name or f"{env.name}-{worker.public_id}"
@@ -219,6 +232,7 @@ def request_again(worker: Worker, *, owner: User, idempotency_key: str = "") -> 
         params=worker.params,
         name=name,
         idempotency_key=idempotency_key,
+        idle_minutes=worker.idle_minutes or 0,
     )
 
 
@@ -251,6 +265,48 @@ def delete_worker(worker: Worker, *, reason: str = lifecycle.REASON_DELETED) -> 
     with transaction.atomic():
         signals.worker_deleted.send(sender=Worker, worker=worker)
         return lifecycle.request_stop(worker, reason=reason)
+
+
+def warn_idle(worker: Worker, now: datetime) -> bool:
+    """Tell the owner that their idle worker will be deleted a warning's lead from now."""
+    with transaction.atomic():
+        warned = Worker.objects.filter(
+            pk=worker.pk, status=WorkerStatus.CONNECTED, idle_warned_at__isnull=True
+        ).update(idle_warned_at=now)
+        if warned:
+            worker.idle_warned_at = now
+            lead = idle.warning_lead(idle.policy_seconds(worker.idle_minutes) or 0)
+            signals.idle_warning.send(
+                sender=Worker, worker=worker, session=None, ends_at=now + timedelta(seconds=lead)
+            )
+    return bool(warned)
+
+
+def clear_idle_warning(worker: Worker) -> bool:
+    """Take the warning back: the worker is busy again."""
+    with transaction.atomic():
+        cleared = Worker.objects.filter(pk=worker.pk, idle_warned_at__isnull=False).update(
+            idle_warned_at=None
+        )
+        signals.idle_warning_cleared.send(sender=Worker, worker=worker, session=None)
+    worker.idle_warned_at = None
+    return bool(cleared)
+
+
+def keep_worker(worker: Worker, *, owner: User) -> None:
+    """Keep: the idle clock starts again now, and any warning is taken back."""
+    if worker.owner_id != owner.pk:
+        raise NotOwner("only the worker's owner can keep it")
+    now = timezone.now()
+    with transaction.atomic():
+        Worker.objects.filter(pk=worker.pk).update(idle_kept_at=now, idle_warned_at=None)
+        signals.idle_warning_cleared.send(sender=Worker, worker=worker, session=None)
+    worker.idle_kept_at, worker.idle_warned_at = now, None
+
+
+def end_idle_worker(worker: Worker) -> bool:
+    assert worker.idle_minutes is not None
+    return delete_worker(worker, reason=idle.idle_reason(worker.idle_minutes))
 
 
 def workers_visible_to(user: User) -> QuerySet[Worker]:

@@ -14,3 +14,8 @@ worker_deleted = Signal()
 # A worker's agent saw programs of sessions on its node end (their launchers are gone).
 # Arguments: worker (the Worker whose agent said so), session_ids (public ids, as the agent sent).
 agent_sessions_ended = Signal()
+# An idle worker or session will be ended at ends_at unless its owner keeps it. Sent inside the
+# warning's transaction. Arguments: worker, session (a Session on it, or None), ends_at.
+idle_warning = Signal()
+# That warning no longer holds (busy again, kept, policy changed). Arguments: worker, session.
+idle_warning_cleared = Signal()

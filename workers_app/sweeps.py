@@ -15,7 +15,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from workers_app import lifecycle
+from workers_app import idle, lifecycle, services
 from workers_app.agents import relays
 from workers_app.agents.heartbeats import HeartbeatStore
 from workers_app.models import Worker
@@ -176,3 +176,29 @@ def dispatch_pending(*, limit: int = BATCH) -> list[int]:
     # A lease, so the next sweep does not send the same worker again while its task waits.
     lifecycle.lease_pending(ids, until=now + timedelta(seconds=settings.ACTIVATE_SUBMIT_LEASE))
     return ids
+
+
+def sweep_idle_workers(now: datetime | None = None) -> dict[str, int]:
+    """Warn the owners of workers idle nearly as long as their policy, delete those past it
+    (warned a whole lead before), and take back the warnings of those busy again."""
+    now = now or timezone.now()
+    done = {idle.Decision.WARN: 0, idle.Decision.END: 0, idle.Decision.CLEAR: 0}
+    workers = list(
+        Worker.objects.filter(status=S.CONNECTED, idle_minutes__gt=0).select_related(
+            "owner", "cluster"
+        )
+    )
+    idleness = idle.idleness_of(workers, now)
+    for worker in workers:
+        state = idleness.get(worker.pk)
+        if state is None or not state.measured:
+            continue
+        policy = idle.policy_seconds(worker.idle_minutes)
+        decision = idle.decide(state.idle_for(now), policy, worker.idle_warned_at, now)
+        if decision == idle.Decision.WARN:
+            done[decision] += services.warn_idle(worker, now)
+        elif decision == idle.Decision.CLEAR:
+            done[decision] += services.clear_idle_warning(worker)
+        elif decision == idle.Decision.END:
+            done[decision] += services.end_idle_worker(worker)
+    return done

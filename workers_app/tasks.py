@@ -81,6 +81,11 @@ def sweep_timeouts() -> int:
 
 
 @shared_task
+def sweep_idle() -> dict[str, int]:
+    return sweeps.sweep_idle_workers()
+
+
+@shared_task
 def sweep_heartbeats() -> int:
     return sweeps.sweep_heartbeats()
 

@@ -131,6 +131,17 @@ ACTIVATE_TERMINALS_PER_USER = env.integer("ACTIVATE_TERMINALS_PER_USER", 10, min
 ACTIVATE_SESSION_START_RETRIES = env.integer("ACTIVATE_SESSION_START_RETRIES", 2, minimum=0)
 # Owners are warned this many seconds before a connected worker's wall time runs out.
 ACTIVATE_WALLTIME_WARNING = env.number("ACTIVATE_WALLTIME_WARNING", 600, minimum=0)
+# Idle workers and sessions. The agent reports its job's CPU and I/O every
+# ACTIVATE_ACTIVITY_INTERVAL seconds (along with a beat); a span under both thresholds (share of
+# one core; bytes a second) with no terminal and no proxied traffic is quiet. Idle policies are
+# at least ACTIVATE_IDLE_SHORTEST seconds; owners are warned ACTIVATE_IDLE_WARNING seconds ahead
+# (at most half the policy), and the idle sweep runs every ACTIVATE_IDLE_SWEEP_INTERVAL seconds.
+ACTIVATE_ACTIVITY_INTERVAL = env.number("ACTIVATE_ACTIVITY_INTERVAL", 300, minimum=0.1)
+ACTIVATE_IDLE_CPU = env.number("ACTIVATE_IDLE_CPU", 0.05, minimum=0.0)
+ACTIVATE_IDLE_IO = env.number("ACTIVATE_IDLE_IO", 65536, minimum=0.0)
+ACTIVATE_IDLE_SHORTEST = env.number("ACTIVATE_IDLE_SHORTEST", 600, minimum=1)
+ACTIVATE_IDLE_WARNING = env.number("ACTIVATE_IDLE_WARNING", 300, minimum=0)
+ACTIVATE_IDLE_SWEEP_INTERVAL = env.number("ACTIVATE_IDLE_SWEEP_INTERVAL", 60, minimum=0.1)
 # Notices by e-mail: Django's mail backend (the console unless a site sets SMTP).
 EMAIL_BACKEND = env.string(
     "ACTIVATE_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
@@ -336,6 +347,10 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-jobs": _beat("workers_app.tasks.reconcile_clusters", ACTIVATE_RECONCILE_INTERVAL),
     "sweep-sessions": _beat("sessions_app.tasks.sweep_sessions", ACTIVATE_SESSION_SWEEP_INTERVAL),
     "warn-walltimes": _beat("notices_app.tasks.warn_walltimes", ACTIVATE_SWEEP_INTERVAL),
+    "sweep-idle": _beat("workers_app.tasks.sweep_idle", ACTIVATE_IDLE_SWEEP_INTERVAL),
+    "sweep-idle-sessions": _beat(
+        "sessions_app.tasks.sweep_idle_sessions", ACTIVATE_IDLE_SWEEP_INTERVAL
+    ),
 }
 
 LOGGING = {

@@ -45,6 +45,8 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
             "created_at",
             "started_at",
             "ended_at",
+            "idle_minutes",
+            "idle_warned_at",
         ]
         read_only_fields = fields
 
@@ -76,6 +78,15 @@ class SessionCreateSerializer(serializers.Serializer[None]):
         help_text="Or run on this connected worker of yours.",
     )
     params = ParamsField(required=False, default=dict)
+    idle_minutes = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=0,
+        help_text="End the session after this many minutes without traffic or work on the node "
+        "(a warning comes first); 0: never. Left out: the environment's default on a new "
+        "worker, never on a worker of yours.",
+    )
     name = serializers.CharField(
         max_length=64,
         required=False,

@@ -92,6 +92,7 @@ class SessionViewSet(
             worker_id=data["worker"],
             params=data["params"],
             name=data["name"],
+            idle_minutes=data["idle_minutes"],
         )
         session = services.sessions_visible_to(_user(request)).get(pk=session.pk)
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
@@ -106,6 +107,15 @@ class SessionViewSet(
         session = services.create_again(self.get_object())
         session = services.sessions_visible_to(_user(request)).get(pk=session.pk)
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: SessionSerializer, **NOT_FOUND})
+    @action(detail=True, methods=["post"])
+    def keep(self, request: Request, **kwargs: str) -> Response:
+        """Keep an idle session: its idle clock starts again now, and a warning that it is
+        about to end is taken back."""
+        session = self.get_object()
+        services.keep_session(session, owner=_user(request))
+        return Response(SessionSerializer(session).data)
 
     @extend_schema(request=None, responses={202: SessionSerializer, **NOT_FOUND})
     def destroy(self, request: Request, **kwargs: str) -> Response:

@@ -13,4 +13,5 @@ urlpatterns = [
     path("sessions/<str:public_id>/", views.session_details, name="session"),
     path("sessions/<str:public_id>/stop/", views.stop, name="stop"),
     path("sessions/<str:public_id>/again/", views.again, name="again"),
+    path("sessions/<str:public_id>/keep/", views.keep, name="keep"),
 ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -127,6 +127,17 @@ def stop(request: HttpRequest, public_id: str) -> HttpResponse:
     session = _find(_user(request), public_id)
     services.stop_session(session)
     messages.info(request, f"Session {session.name} stopped.")
+    return redirect(reverse("sessions:session", args=[session.public_id]))
+
+
+@require_POST
+@login_required_page
+def keep(request: HttpRequest, public_id: str) -> HttpResponse:
+    session = _find(_user(request), public_id)
+    services.keep_session(session, owner=_user(request))
+    if request.headers.get("Accept", "").startswith("application/json"):
+        return JsonResponse({"kept": session.public_id})
+    messages.success(request, f"Session {session.name} kept: its idle clock starts again.")
     return redirect(reverse("sessions:session", args=[session.public_id]))
 
 

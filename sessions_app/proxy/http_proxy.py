@@ -119,7 +119,7 @@ class _BodyTooLarge(Exception):
 
 
 async def _upload(
-    receive: Any, client: h11.Connection, writer: asyncio.StreamWriter, limit: int
+    receive: Any, client: h11.Connection, writer: asyncio.StreamWriter, limit: int, target: Target
 ) -> None:
     """The browser's body to the program chunk by chunk as it arrives, never held whole."""
     sent = 0
@@ -133,6 +133,7 @@ async def _upload(
             if sent > limit:
                 raise _BodyTooLarge
             if chunk:
+                target.note_traffic()
                 writer.write(client.send(h11.Data(data=chunk)))
                 await writer.drain()
             if not message.get("more_body"):
@@ -173,7 +174,9 @@ async def _forward(
         headers.append((b"content-length", str(length).encode()))
     client = h11.Connection(h11.CLIENT)
     writer.write(client.send(h11.Request(method=scope["method"], target=path, headers=headers)))
-    upload = asyncio.create_task(_upload(receive, client, writer, settings.ACTIVATE_PROXY_MAX_BODY))
+    upload = asyncio.create_task(
+        _upload(receive, client, writer, settings.ACTIVATE_PROXY_MAX_BODY, target)
+    )
     try:
         started = await _relay_response(target, client, reader, send)
     finally:
@@ -198,6 +201,7 @@ async def _relay_response(
             event = client.next_event()
             if event is h11.NEED_DATA:
                 client.receive_data(await reader.read(65536))
+                target.note_traffic()
                 continue
             if isinstance(event, h11.Response):
                 started = True

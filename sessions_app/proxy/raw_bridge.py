@@ -24,16 +24,17 @@ class Consumer(Protocol):
 
 
 class RawBridge:
-    def __init__(self, consumer: Consumer, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, consumer: Consumer, writer: asyncio.StreamWriter, target: Target) -> None:
         self.consumer = consumer
         self.writer = writer
+        self.target = target
         self.task: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, consumer: Consumer, target: Target, route: str) -> RawBridge:
         """Raises what open_pipe raises (SSHError) when the program cannot be reached."""
         reader, writer = await open_pipe(target, route)
-        bridge = cls(consumer, writer)
+        bridge = cls(consumer, writer, target)
         offered = list(consumer.scope.get("subprotocols") or [])  # type: ignore[call-overload]
         await consumer.accept(subprotocol="binary" if "binary" in offered else None)
         bridge.task = asyncio.create_task(bridge._to_browser(reader))
@@ -42,12 +43,14 @@ class RawBridge:
     async def _to_browser(self, reader: asyncio.StreamReader) -> None:
         try:
             while data := await reader.read(CHUNK):
+                self.target.note_traffic()
                 await self.consumer.send(bytes_data=data)
         except (ConnectionError, OSError):
             pass
         await self.consumer.close()
 
     async def from_browser(self, data: bytes) -> None:
+        self.target.note_traffic()
         try:
             self.writer.write(data)
             await self.writer.drain()

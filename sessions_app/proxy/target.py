@@ -19,6 +19,7 @@ from sessions_app.proxy.headers import request_cookies
 from sessions_app.services import check_program, find_session
 from sessions_app.statuses import SessionStatus
 from workers_app.connections import open_tunnel
+from workers_app.idle import note_traffic
 from workers_app.transport.channels import ChannelPipe
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,10 @@ class Target:
         if self.kind.keeps_prefix:
             return self.session.url_path.rstrip("/") + rest
         return rest
+
+    def note_traffic(self) -> None:
+        """Bytes crossed for this session: it and its worker are in use (idle.note_traffic)."""
+        note_traffic(self.session.worker_id, self.session.public_id)
 
     @property
     def address(self) -> tuple[str, int]:

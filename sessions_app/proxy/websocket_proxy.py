@@ -17,7 +17,13 @@ from websockets.uri import parse_uri
 
 from sessions_app.proxy import limits
 from sessions_app.proxy.raw_bridge import RawBridge
-from sessions_app.proxy.target import cookie_header, find_target, open_pipe, program_check
+from sessions_app.proxy.target import (
+    Target,
+    cookie_header,
+    find_target,
+    open_pipe,
+    program_check,
+)
 from sessions_app.statuses import SessionStatus
 from workers_app.transport.errors import SSHError
 
@@ -46,6 +52,7 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         self.pump_task: asyncio.Task[None] | None = None
         self.protocol: ClientProtocol | None = None
         self.raw: RawBridge | None = None
+        self.target: Target | None = None
         user = self.scope.get("user")
         public_id = self.scope["url_route"]["kwargs"]["public_id"]
         if user is not None and user.is_authenticated:
@@ -63,6 +70,7 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         if session.status != SessionStatus.RUNNING:
             await self.refuse(SESSION_UNAVAILABLE)
             return
+        self.target = target
         route = target.kind.raw_routes.get(self.scope["url_route"]["kwargs"].get("rest", ""))
         try:
             if route is not None:
@@ -175,6 +183,8 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
                     await self.close(code=MESSAGE_TOO_BIG)
                     return
                 data = await reader.read(65536)
+                if self.target is not None:
+                    self.target.note_traffic()
                 if not data:
                     self.protocol.receive_eof()
                     await self.close()
@@ -189,6 +199,8 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         if len(data) > settings.ACTIVATE_PROXY_MAX_MESSAGE:
             await self.close(code=MESSAGE_TOO_BIG)
             return
+        if self.target is not None:
+            self.target.note_traffic()
         if self.raw is not None:
             await self.raw.from_browser(bytes_data or (text_data or "").encode())
             return

@@ -44,6 +44,7 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
         "/api/workers/{id}/events/",
         "/api/workers/{id}/exec/",
         "/api/workers/{id}/again/",
+        "/api/workers/{id}/keep/",
         "/api/saved-requests/",
         "/api/saved-requests/{name}/",
         "/api/sessions/",
@@ -51,6 +52,7 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
         "/api/sessions/{id}/",
         "/api/sessions/{id}/events/",
         "/api/sessions/{id}/again/",
+        "/api/sessions/{id}/keep/",
     }
     assert schema["components"]["securitySchemes"]["apiKey"] == {
         "type": "http",

@@ -22,6 +22,10 @@ pytestmark = pytest.mark.django_db
 RequestWorker = Callable[..., Worker]
 
 WORKER_KEYS = {
+    "idle_minutes",
+    "idle_since",
+    "idle_warned_at",
+    "activity",
     "id",
     "name",
     "cluster",

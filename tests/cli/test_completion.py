@@ -97,7 +97,7 @@ def test_sourcing_the_bash_script_registers_a_completion_function_for_pw(
     [
         ("pw wor", ["workers"]),
         ("pw ", COMMANDS),
-        ("pw workers ", ["create", "again", "ls", "get", "delete"]),
+        ("pw workers ", ["create", "again", "ls", "keep", "get", "delete"]),
         ("pw cluster ", ["ls", "connect", "verify", "disconnect"]),
         # An alias leads where its command does.
         ("pw clusters con", ["connect"]),

@@ -103,12 +103,13 @@ def test_ls_shows_aligned_columns_and_filters(
 
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    names = ["ID", "NAME", "CLUSTER", "ENVIRONMENT", "STATUS", "NODE", "JOB", "CREATED"]
+    names = ["ID", "NAME", "CLUSTER", "ENVIRONMENT", "STATUS", "NODE", "JOB", "IDLE", "CREATED"]
     starts = column_starts(header, names)
     assert [row[: starts[1]].strip() for row in rows] == [queued.public_id, pending.public_id]
     status_column = [row[starts[4] : starts[5]].strip() for row in rows]
     assert status_column == ["queued", "pending"]
     assert [row[starts[6] : starts[7]].strip() for row in rows] == ["4242", "-"]
+    assert [row[starts[7] : starts[8]].strip() for row in rows] == ["-", "-"]
 
     only_queued = pw("workers", "ls", "--status", "queued", "-o", "json")
     assert [w["id"] for w in json.loads(only_queued.stdout)] == [queued.public_id]

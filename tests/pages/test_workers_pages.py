@@ -467,7 +467,13 @@ def test_delete_needs_a_post_with_csrf(user: AbstractUser, compute_env: Environm
 
 @pytest.mark.parametrize(
     ("method", "page"),
-    [("get", "delete"), ("post", "delete"), ("get", "terminal"), ("post", "again")],
+    [
+        ("get", "delete"),
+        ("post", "delete"),
+        ("get", "terminal"),
+        ("post", "again"),
+        ("post", "keep"),
+    ],
 )
 def test_another_users_worker_is_not_found(
     alice: Client, other_user: AbstractUser, compute_env: Environment, method: str, page: str
@@ -494,6 +500,7 @@ def test_every_url_naming_a_worker_is_covered_by_the_404_test() -> None:
     assert naming_a_worker == [
         "workers/<str:public_id>/delete/",
         "workers/<str:public_id>/again/",
+        "workers/<str:public_id>/keep/",
         "workers/<str:public_id>/terminal/",
     ]
 

@@ -11,6 +11,7 @@ thread; every other request, and every other path, is Django's.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -26,10 +27,12 @@ from redis.exceptions import RedisError
 
 from workers_app.agents import service as agent_service
 from workers_app.agents import signing
+from workers_app.agents.activity import ActivityReport, activity_of
+from workers_app.agents.errors import AgentRefused
 from workers_app.agents.heartbeats import BEAT_SCRIPT, Beat, Beaten, HeartbeatStore, beat_outcome
-from workers_app.agents.service import LAST_SEEN_GRANULARITY, AgentRefused
+from workers_app.agents.service import LAST_SEEN_GRANULARITY
 from workers_app.agents.signing import SignedCall
-from workers_app.agents.views import MAX_BODY, parse_payload
+from workers_app.agents.views import BEAT_FIELDS, MAX_BODY, parse_payload
 
 log = logging.getLogger(__name__)
 # The server's own access log (uvicorn's is off): every request but the successful beats, which
@@ -117,20 +120,28 @@ class AgentServer:
             call = signing.verify_request(
                 _header(scope, b"authorization"), "POST", self.path, body, now=time.time()
             )
-            if parse_payload(body, {"worker"})["worker"] != call.worker:
+            payload = parse_payload(body, BEAT_FIELDS)
+            if payload["worker"] != call.worker:
                 raise AgentRefused(400, "worker: not the worker that signed the request")
-            await self._beat(call)
+            activity, problem = activity_of(payload)
+            await self._beat(call, activity)
         except AgentRefused as exc:
             return exc.status, json.dumps({"error": exc.message}).encode(), call
         except RedisError as exc:
             log.warning("heartbeat not recorded, Redis did not answer: %s", exc)
             return 503, json.dumps({"error": "heartbeat store unavailable"}).encode(), call
+        if problem:
+            return 200, json.dumps({"status": "ok", "activity_error": problem}).encode(), call
         return 200, OK, call
 
-    async def _beat(self, call: SignedCall) -> None:
+    async def _beat(self, call: SignedCall, activity: ActivityReport | None) -> None:
         key_hash = call.key_hash
         arguments = self.store.beat_arguments(
-            call.worker, key_hash, seen_window=LAST_SEEN_GRANULARITY, nonce=signing.nonce_of(call)
+            call.worker,
+            key_hash,
+            seen_window=LAST_SEEN_GRANULARITY,
+            nonce=signing.nonce_of(call),
+            activity=activity,
         )
         beat = beat_outcome(await self.script(keys=arguments.keys, args=arguments.args))
         if beat is Beat.REPLAYED:
@@ -139,7 +150,9 @@ class AgentServer:
             # Not cached (first beat after a connect, a Redis reset): the service asks the
             # database, refuses or caches, and beats (the nonce is remembered already).
             await sync_to_async(_in_database, thread_sensitive=False)(
-                agent_service.record_heartbeat, call.worker, key_hash
+                functools.partial(agent_service.record_heartbeat, activity=activity),
+                call.worker,
+                key_hash,
             )
             return
         if not isinstance(beat, Beaten):

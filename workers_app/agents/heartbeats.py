@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -18,6 +19,7 @@ import redis
 from django.conf import settings
 from redis.commands.core import Script
 
+from workers_app.agents.activity import ActivityReport
 from workers_app.redis_connection import redis_client
 
 PREFIX = "activate:hb:"
@@ -29,6 +31,10 @@ LAST_SWEEP_KEY = "activate:hb-last-sweep"
 DEAF_KEY = "activate:hb-deaf"
 BREAKER_PREFIX = "activate:hb-breaker:"
 CONFIRM_PREFIX = "activate:hb-confirm:"
+# Activity: ACTIVITY_PREFIX<worker> holds when it was last busy (epoch seconds), ...:r its last
+# report ("at;share of a core;bytes a second"), ...:s:<session> when that session was last busy.
+ACTIVITY_PREFIX = "activate:act:"
+ACTIVITY_TTL = 8 * 86400
 
 # A signed request is fresh when no later one of the same key was accepted and it is not one
 # accepted already: a request replayed, or held back on the way and delivered after a later one,
@@ -72,8 +78,11 @@ FRESH_SCRIPT = _fresh("KEYS[1]", "KEYS[2]", "ARGV[1]", "ARGV[2]", "ARGV[3]") + "
 
 # A beat in one round trip: check the signed request is fresh (FRESH, when its keys are given),
 # find the cached identity, check the key's hash, refresh the liveness key and the coarse "seen"
-# marker. Lua's string compare is not constant-time; that leaks at most a prefix of a hash, which
-# does not help anyone find a key that hashes to it.
+# marker, and store the activity report a beat may carry (ARGV[9] its summary, ARGV[11] "1" when
+# busy, then "+session"/"-session"): a busy span moves "last busy" to now; a quiet one only sets
+# it when missing (a Redis that lost it starts the clock again instead of judging from the
+# connect time). Lua's string compare is not constant-time; that leaks at most a prefix of a
+# hash, which does not help anyone find a key that hashes to it.
 BEAT_SCRIPT = (
     "if #KEYS > 1 then\n"
     + _fresh("KEYS[2]", "KEYS[3]", "ARGV[6]", "ARGV[7]", "ARGV[8]")
@@ -84,6 +93,23 @@ local sep = string.find(cached, ':', 1, true)
 if string.sub(cached, sep + 1) ~= ARGV[1] then return -1 end
 local worker = string.sub(cached, 1, sep - 1)
 redis.call('SET', ARGV[2] .. worker, 1, 'PX', ARGV[3])
+if ARGV[9] ~= '' then
+  local base, now, ttl = ARGV[10] .. worker, ARGV[12], ARGV[13]
+  redis.call('SET', base .. ':r', now .. ';' .. ARGV[9], 'EX', ttl)
+  if ARGV[11] == '1' then
+    redis.call('SET', base, now, 'EX', ttl)
+  else
+    redis.call('SET', base, now, 'NX', 'EX', ttl)
+  end
+  for i = 14, #ARGV do
+    local key = base .. ':s:' .. string.sub(ARGV[i], 2)
+    if string.sub(ARGV[i], 1, 1) == '+' then
+      redis.call('SET', key, now, 'EX', ttl)
+    else
+      redis.call('SET', key, now, 'NX', 'EX', ttl)
+    end
+  end
+end
 if redis.call('SET', ARGV[4] .. worker, 1, 'NX', 'EX', ARGV[5]) then
   return {worker, 1}
 end
@@ -192,16 +218,30 @@ class HeartbeatStore:
         )
 
     def beat_agent(
-        self, public_id: str, key_hash: str, *, seen_window: int, nonce: Nonce | None = None
+        self,
+        public_id: str,
+        key_hash: str,
+        *,
+        seen_window: int,
+        nonce: Nonce | None = None,
+        activity: ActivityReport | None = None,
     ) -> Beaten | Beat:
         """Beat for a cached agent identity whose key hashes to ``key_hash``; with ``nonce``,
-        only if that nonce is new (it is then remembered)."""
-        call = self.beat_arguments(public_id, key_hash, seen_window=seen_window, nonce=nonce)
+        only if that nonce is new (it is then remembered); with ``activity``, stored too."""
+        call = self.beat_arguments(
+            public_id, key_hash, seen_window=seen_window, nonce=nonce, activity=activity
+        )
         answer = _beat_script(self.redis)(keys=call.keys, args=call.args)
         return beat_outcome(answer)
 
     def beat_arguments(
-        self, public_id: str, key_hash: str, *, seen_window: int, nonce: Nonce | None = None
+        self,
+        public_id: str,
+        key_hash: str,
+        *,
+        seen_window: int,
+        nonce: Nonce | None = None,
+        activity: ActivityReport | None = None,
     ) -> BeatCall:
         """What BEAT_SCRIPT is called with, for a client of another kind (redis.asyncio)."""
         keys = [f"{AGENT_PREFIX}{public_id}"]
@@ -209,6 +249,14 @@ class HeartbeatStore:
         if nonce is not None:
             keys += [nonce.key, nonce.order_key]
             args += [nonce.ttl, nonce.seq, nonce.value]
+        else:
+            args += ["", "", ""]
+        if activity is None:
+            args.append("")
+        else:
+            busy = "1" if activity.busy else "0"
+            args += [activity.summary, ACTIVITY_PREFIX, busy, repr(time.time()), ACTIVITY_TTL]
+            args += activity.session_marks()
         return BeatCall(keys=keys, args=args)
 
     def fresh(self, nonce: Nonce) -> bool:

@@ -8,6 +8,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from workers_app import lifecycle, signals
+from workers_app.agents.activity import ActivityReport
+from workers_app.agents.errors import AgentRefused
 from workers_app.agents.heartbeats import AgentIdentity, Beat, Beaten, HeartbeatStore, Nonce
 from workers_app.agents.nodes import NodeUnknown, note_claimed_host, scheduler_node
 from workers_app.models import Worker
@@ -16,13 +18,6 @@ from workers_app.statuses import WorkerStatus
 S = WorkerStatus
 # The database keeps a coarse "last seen" for display; Redis has the exact liveness.
 LAST_SEEN_GRANULARITY = 60
-
-
-class AgentRefused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def _authenticate(worker: Worker | None, key_hash: str) -> Worker:
@@ -55,11 +50,20 @@ def connect_agent(public_id: str, key_hash: str, *, hostname: str, job_id: str) 
     return settings.ACTIVATE_HEARTBEAT_INTERVAL
 
 
-def record_heartbeat(public_id: str, key_hash: str, *, nonce: Nonce | None = None) -> None:
-    """A beat from the agent whose key hashes to ``key_hash``. With ``nonce`` the beat is done
-    only if the nonce is new; without, the caller has already remembered it."""
+def record_heartbeat(
+    public_id: str,
+    key_hash: str,
+    *,
+    nonce: Nonce | None = None,
+    activity: ActivityReport | None = None,
+) -> None:
+    """A beat from the agent whose key hashes to ``key_hash``, with the activity report it
+    carries if any. With ``nonce`` the beat is done only if the nonce is new; without, the
+    caller has already remembered it."""
     store = HeartbeatStore()
-    beat = store.beat_agent(public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY, nonce=nonce)
+    beat = store.beat_agent(
+        public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY, nonce=nonce, activity=activity
+    )
     if beat is Beat.REPLAYED:
         raise AgentRefused(401, "replayed request")
     if beat is Beat.UNKNOWN:
@@ -69,7 +73,9 @@ def record_heartbeat(public_id: str, key_hash: str, *, nonce: Nonce | None = Non
         if worker.status != S.CONNECTED:
             raise AgentRefused(410, f"worker is {worker.status}")
         store.remember_agent(public_id, AgentIdentity(worker.pk, worker.agent_secret_hash))
-        beat = store.beat_agent(public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY)
+        beat = store.beat_agent(
+            public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY, activity=activity
+        )
     if not isinstance(beat, Beaten):
         raise AgentRefused(403, "forbidden")
     if beat.first_in_window:

@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 from django.conf import settings
 
+from workers_app.agents.errors import AgentRefused
 from workers_app.agents.heartbeats import HeartbeatStore, Nonce
-from workers_app.agents.service import AgentRefused
 from workers_app.models import hash_secret
 
 SCHEME = "ActivateHMAC"

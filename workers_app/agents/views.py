@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
@@ -19,7 +20,9 @@ from redis.exceptions import RedisError
 
 from workers_app.agents import service as agent_service
 from workers_app.agents import signing
-from workers_app.agents.service import AgentRefused
+from workers_app.agents.activity import FIELDS as ACTIVITY_FIELDS
+from workers_app.agents.activity import activity_of
+from workers_app.agents.errors import AgentRefused
 from workers_app.agents.signing import SignedCall
 from workers_app.redis_connection import redis_client
 
@@ -29,6 +32,7 @@ JOB_ID = re.compile(r"^[A-Za-z0-9.\-_\[\]]{0,64}$")
 WORKER_ID = re.compile(r"^[a-z0-9]{1,16}$")
 SESSION_ID = re.compile(r"^[a-z0-9]{1,32}$")
 MAX_SESSIONS_PER_REPORT = 100
+BEAT_FIELDS = {"worker"} | ACTIVITY_FIELDS
 
 
 def parse_payload(body: bytes, allowed: set[str]) -> dict[str, str]:
@@ -103,7 +107,11 @@ def connect(request: HttpRequest) -> JsonResponse:
         interval = agent_service.connect_agent(
             call.worker, call.key_hash, hostname=hostname, job_id=job_id
         )
-        return {"status": "connected", "heartbeat_interval": interval}
+        return {
+            "status": "connected",
+            "heartbeat_interval": interval,
+            "activity_interval": settings.ACTIVATE_ACTIVITY_INTERVAL,
+        }
 
     return _signed_call(request, handle)
 
@@ -112,11 +120,13 @@ def connect(request: HttpRequest) -> JsonResponse:
 @require_POST
 def heartbeat(request: HttpRequest) -> JsonResponse:
     def handle(call: SignedCall) -> dict[str, Any]:
-        _same_worker(parse_payload(request.body, {"worker"})["worker"], call)
+        payload = parse_payload(request.body, BEAT_FIELDS)
+        _same_worker(payload["worker"], call)
         # The nonce is remembered in the beat's own Redis round trip.
         nonce = signing.nonce_of(call)
-        agent_service.record_heartbeat(call.worker, call.key_hash, nonce=nonce)
-        return {"status": "ok"}
+        activity, problem = activity_of(payload)
+        agent_service.record_heartbeat(call.worker, call.key_hash, nonce=nonce, activity=activity)
+        return {"status": "ok", "activity_error": problem} if problem else {"status": "ok"}
 
     return _signed_call(request, handle, nonce=False)
 

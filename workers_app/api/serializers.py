@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from workers_app import idle
 from workers_app.models import (
     AgentRelay,
     Cluster,
@@ -138,14 +141,35 @@ class EnvironmentSerializer(serializers.ModelSerializer[Environment]):
         read_only_fields = fields
 
 
+class WorkerListSerializer(serializers.ListSerializer[Worker]):
+    """A list reads how idle its workers are at once (one Redis round trip, one query)."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        workers = list(data.all() if hasattr(data, "all") else data)
+        assert isinstance(self.child, WorkerSerializer)
+        self.child.idleness = idle.idleness_of(workers)
+        return super().to_representation(workers)
+
+
 class WorkerSerializer(serializers.ModelSerializer[Worker]):
     id = serializers.CharField(source="public_id", read_only=True)
     cluster = serializers.CharField(source="cluster.name", read_only=True)
     environment = serializers.CharField(source="environment.name", read_only=True, allow_null=True)
     params = serializers.DictField(child=serializers.CharField(), read_only=True)
+    idle_since = serializers.SerializerMethodField(
+        help_text="Since when nothing has run or been used on the connected worker (its job's "
+        "CPU and I/O as its agent measures them, terminals, proxied session traffic); null "
+        "when busy or not measured."
+    )
+    activity = serializers.SerializerMethodField(
+        help_text="The agent's last report: the job's share of a core and its bytes a second."
+    )
+
+    idleness: dict[int, idle.Idleness] | None = None
 
     class Meta:
         model = Worker
+        list_serializer_class = WorkerListSerializer
         fields = [
             "id",
             "name",
@@ -163,8 +187,39 @@ class WorkerSerializer(serializers.ModelSerializer[Worker]):
             "submitted_at",
             "connected_at",
             "finished_at",
+            "idle_minutes",
+            "idle_since",
+            "idle_warned_at",
+            "activity",
         ]
         read_only_fields = fields
+
+    def _idleness(self, worker: Worker) -> idle.Idleness | None:
+        found = self.idleness
+        if found is None or worker.pk not in found:
+            found = self.idleness = idle.idleness_of([worker])
+        state: idle.Idleness | None = found.get(worker.pk)
+        return state
+
+    @extend_schema_field(OpenApiTypes.DATETIME)
+    def get_idle_since(self, worker: Worker) -> datetime | None:
+        state = self._idleness(worker)
+        if state is None or state.idle_for(timezone.now()) <= 0:
+            return None
+        return state.quiet_since
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {"cpu": {"type": "number"}, "io": {"type": "number"}},
+        }
+    )
+    def get_activity(self, worker: Worker) -> dict[str, float] | None:
+        state = self._idleness(worker)
+        if state is None or state.cpu is None or state.io is None:
+            return None
+        return {"cpu": state.cpu, "io": state.io}
 
 
 @extend_schema_field(
@@ -188,6 +243,13 @@ class WorkerCreateSerializer(serializers.Serializer[None]):
         allow_blank=True,
         default="",
         help_text="Defaults to <environment>-<id>.",
+    )
+    idle_minutes = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="Delete the worker after this many minutes idle (a warning comes first); 0: "
+        "never. Left out: the site's default for the environment.",
     )
     count = serializers.IntegerField(
         min_value=1,

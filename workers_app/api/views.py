@@ -388,6 +388,20 @@ class WorkerViewSet(
             return Response({"field": None, "detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         return Response(WorkerSerializer(again).data, status=status.HTTP_201_CREATED)
 
+    @extend_schema(
+        request=None, responses={200: WorkerSerializer, 403: ErrorSerializer, **NOT_FOUND}
+    )
+    @action(detail=True, methods=["post"])
+    def keep(self, request: Request, **kwargs: str) -> Response:
+        """Keep an idle worker: its idle clock starts again now, and a warning that it is about
+        to be deleted is taken back."""
+        worker = self.get_object()
+        try:
+            services.keep_worker(worker, owner=_user(request))
+        except services.NotOwner as exc:
+            return Response({"field": None, "detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        return Response(WorkerSerializer(worker).data)
+
     @extend_schema(responses={200: WorkerEventSerializer(many=True), **NOT_FOUND})
     @action(detail=True, methods=["get"])
     def events(self, request: Request, **kwargs: str) -> Response:

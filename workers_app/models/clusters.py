@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from workers_app.keystore import decrypt_private_key, encrypt_private_key
+from workers_app.models.idle import idle_minutes_field
 
 
 class SchedulerKind(models.TextChoices):
@@ -76,6 +77,10 @@ class Cluster(models.Model):
         default=0,
         help_text="Via login host only: the relay's port on the login host. 0: one is picked "
         "the first time and kept.",
+    )
+    idle_minutes = idle_minutes_field(
+        "Site default for its workers: delete when idle this many minutes (blank: never). "
+        "Users may change it per worker."
     )
 
     class Meta:

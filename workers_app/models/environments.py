@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from workers_app.models.clusters import Cluster
+from workers_app.models.idle import idle_minutes_field
 
 
 class EnvironmentSource(models.TextChoices):
@@ -26,6 +27,10 @@ class Environment(models.Model):
     nodes_total = models.PositiveIntegerField(null=True, blank=True)
     nodes_available = models.PositiveIntegerField(null=True, blank=True)
     nodes_updated_at = models.DateTimeField(null=True, blank=True)
+    idle_minutes = idle_minutes_field(
+        "Site default for its workers: delete when idle this many minutes (blank: the "
+        "cluster's default)."
+    )
 
     class Meta:
         ordering = ["cluster__name", "name"]

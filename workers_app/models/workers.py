@@ -12,6 +12,7 @@ from django.utils import timezone
 from workers_app.models.clusters import Cluster, ClusterAccount
 from workers_app.models.environments import Environment
 from workers_app.models.identity import generate_public_id, job_name_for
+from workers_app.models.idle import IdlePolicy
 from workers_app.statuses import FINISHED, WITH_JOB, WorkerStatus
 
 
@@ -32,7 +33,7 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
         return self.filter(status=WorkerStatus.PENDING, next_attempt_at__lte=now)
 
 
-class Worker(models.Model):
+class Worker(IdlePolicy):
     public_id = models.CharField(max_length=16, unique=True, default=generate_public_id)
     name = models.CharField(max_length=128)
     owner = models.ForeignKey(

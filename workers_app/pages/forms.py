@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 
+from workers_app import idle
 from workers_app.models import Cluster, Environment, EnvironmentField, FieldKind, Reachability
 from workers_app.params import ParameterError
 from workers_app.services import BULK_MAX
@@ -121,6 +122,14 @@ class RequestWorkerForm(forms.Form):
         widget=forms.NumberInput(attrs={"min": 1, "max": BULK_MAX, "inputmode": "numeric"}),
     )
 
+    idle_minutes = forms.FloatField(
+        label="Delete when idle for (minutes)",
+        required=False,
+        min_value=0,
+        help_text="Nothing running and nobody using it for this long: you are warned, then the "
+        "worker is deleted. Empty: never.",
+        widget=forms.NumberInput(attrs={"min": 0, "step": "any", "inputmode": "decimal"}),
+    )
     save_as = forms.CharField(
         label="Save these settings as",
         required=False,
@@ -148,6 +157,8 @@ class RequestWorkerForm(forms.Form):
         self.specs: list[EnvironmentField] = list(selected.fields.all()) if selected else []
         for spec in self.specs:
             self.fields[PARAM_PREFIX + spec.name] = _param_field(spec)
+        if selected is not None:
+            self.fields["idle_minutes"].initial = idle.site_default(selected)
 
     def prefill(self, params: dict[str, str]) -> None:
         """Start from these field values (a saved request's) instead of the defaults."""
@@ -196,7 +207,7 @@ class RequestWorkerForm(forms.Form):
     def add_parameter_error(self, exc: ParameterError) -> None:
         """Put the service's refusal next to the field it names (cluster and environment on top)."""
         key = PARAM_PREFIX + exc.field
-        if exc.field in ("name", "save_as"):
+        if exc.field in ("name", "save_as", "idle_minutes"):
             self.add_error(exc.field, exc.message)
         elif key in self.fields:
             spec = next(s for s in self.specs if s.name == exc.field)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from workers_app import walltime
+from workers_app import idle, walltime
 from workers_app.models import Worker
 from workers_app.statuses import FINISHED, WorkerStatus
 
@@ -36,6 +36,8 @@ class WorkerRow:
     time_left: str
     # Names of terminals kept on its node (tmux) that its owner opened.
     kept_terminals: tuple[str, ...] = ()
+    # How long nothing has run or been used on it ("" when busy or not measured).
+    idle_for: str = ""
 
     @property
     def ssh_command(self) -> str:
@@ -47,12 +49,20 @@ class WorkerRow:
         return environment.name if environment is not None else ""
 
     @classmethod
-    def of(cls, worker: Worker, now: datetime, kept: Iterable[str] = ()) -> WorkerRow:
+    def of(
+        cls,
+        worker: Worker,
+        now: datetime,
+        kept: Iterable[str] = (),
+        idleness: idle.Idleness | None = None,
+    ) -> WorkerRow:
+        quiet = idleness.idle_for(now) if idleness is not None else 0.0
         return cls(
             worker=worker,
             age=in_words((now - worker.created_at).total_seconds()),
             time_left=time_left(worker, now),
             kept_terminals=tuple(sorted(kept)),
+            idle_for=in_words(quiet) if quiet > 0 else "",
         )
 
 

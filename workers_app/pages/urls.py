@@ -21,6 +21,7 @@ urlpatterns = [
     path("workers/new/fields/", views.request_fields, name="request-fields"),
     path("workers/<str:public_id>/delete/", views.delete_worker, name="delete-worker"),
     path("workers/<str:public_id>/again/", views.request_again, name="request-again"),
+    path("workers/<str:public_id>/keep/", views.keep_worker, name="keep-worker"),
     path("workers/<str:public_id>/terminal/", views.worker_terminal, name="worker-terminal"),
     path("clusters/", views.clusters, name="clusters"),
     path("clusters/<str:name>/account/", views.cluster_account, name="cluster-account"),

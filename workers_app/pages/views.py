@@ -19,13 +19,13 @@ from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from workers_app import accounts, services, usage
+from workers_app import accounts, idle, services, usage
 from workers_app.models import (
     ApiKey,
     Cluster,
@@ -107,9 +107,13 @@ def _workers_context(request: HttpRequest) -> dict[str, Any]:
         names = TerminalRecord.objects.filter(worker_id__in=connected).exclude(keep="")
         for worker_id, name in names.values_list("worker_id", "keep").distinct():
             kept.setdefault(worker_id, set()).add(name)
+    idleness = idle.idleness_of(list(page), now)
     return {
         "page": page,
-        "rows": [WorkerRow.of(worker, now, kept.get(worker.pk, ())) for worker in page],
+        "rows": [
+            WorkerRow.of(worker, now, kept.get(worker.pk, ()), idleness.get(worker.pk))
+            for worker in page
+        ],
         "show_owner": user.is_staff,
         "has_clusters": Cluster.objects.exists(),
     }
@@ -182,14 +186,15 @@ def request_worker(request: HttpRequest) -> HttpResponse:
             "params": form.params(),
             "name": form.cleaned_data["name"],
         }
+        idle_minutes = form.cleaned_data["idle_minutes"] or 0
         try:
             if save_as := form.cleaned_data["save_as"]:
                 _save_request(asked, save_as)
             if count == 1:
-                worker = services.request_worker(**asked)
+                worker = services.request_worker(**asked, idle_minutes=idle_minutes)
                 done = f"Worker {worker.name} requested."
             else:
-                services.request_workers(**asked, count=count)
+                services.request_workers(**asked, count=count, idle_minutes=idle_minutes)
                 done = f"{count} workers requested."
         except ParameterError as exc:
             form.add_parameter_error(exc)
@@ -227,6 +232,17 @@ def request_again(request: HttpRequest, public_id: str) -> HttpResponse:
         messages.error(request, f"Worker {worker.name} cannot be requested again: {exc.message}")
     else:
         messages.success(request, f"Worker {again.name} requested again.")
+    return navigate(request, reverse("pages:workers"))
+
+
+@login_required_page
+@require_POST
+def keep_worker(request: HttpRequest, public_id: str) -> HttpResponse:
+    worker = get_object_or_404(Worker, public_id=public_id, owner=_user(request))
+    services.keep_worker(worker, owner=_user(request))
+    if request.headers.get("Accept", "").startswith("application/json"):
+        return JsonResponse({"kept": worker.public_id})
+    messages.success(request, f"Worker {worker.name} kept: its idle clock starts again.")
     return navigate(request, reverse("pages:workers"))
 
 

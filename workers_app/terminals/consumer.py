@@ -20,6 +20,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from workers_app.idle import note_traffic
 from workers_app.terminals.service import (
     BAD_REQUEST,
     FORBIDDEN_ORIGIN,
@@ -80,6 +81,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if self.stream is None:
             return  # input typed while the command starts is dropped, as ssh does
         self.last_activity = time.monotonic()
+        note_traffic(self.worker_id)
         try:
             if bytes_data is not None:
                 self.stream.write(bytes_data)
@@ -114,6 +116,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self.refuse(exc.code, exc.message)
             return
         self.record_id = record.pk
+        self.worker_id = worker.pk
         try:
             stream = await asyncio.to_thread(start_stream, worker, request)
         except TerminalRefused as exc:
@@ -153,6 +156,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             item = await self.outbox.get()
             if isinstance(item, bytes):
                 self.last_activity = time.monotonic()
+                note_traffic(self.worker_id)
                 await self.send(bytes_data=item)
                 continue
             status = item[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 EMPTY = "-"
@@ -27,6 +27,19 @@ def when(value: str | None) -> str:
     except ValueError:
         return value
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def idle_for(since: str | None, *, now: datetime | None = None) -> str:
+    """How long since ``since`` (an API timestamp), in minutes or hours: ``25m``, ``3h 05m``."""
+    if not since:
+        return EMPTY
+    try:
+        moment = datetime.fromisoformat(since.replace("Z", "+00:00"))
+    except ValueError:
+        return since
+    minutes = max(0, int(((now or datetime.now(UTC)) - moment).total_seconds() // 60))
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -22,3 +22,17 @@ def add_param_option(parser: argparse.ArgumentParser, *, what: str = "a scheduli
         metavar="KEY=VALUE",
         help=f"{what}, e.g. walltime=04:00:00 (repeatable)",
     )
+
+
+def minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: minutes, 0 or more")
+    return value
+
+
+def add_idle_option(parser: argparse.ArgumentParser, meaning: str) -> None:
+    parser.add_argument("--idle-minutes", type=minutes, metavar="N", help=meaning)

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from activate_cli.client import ApiClient
 from activate_cli.errors import CliError, Interrupted
 from activate_cli.output import cell, emit, pairs, table, when
-from activate_cli.params import add_param_option
+from activate_cli.params import add_idle_option, add_param_option
 from activate_cli.waiting import poll
 
 # Session statuses as the API names them; a test checks them against its schema.
@@ -147,7 +147,16 @@ def create(client: ApiClient, args: argparse.Namespace) -> int:
         body["worker"] = args.worker
     if args.name:
         body["name"] = args.name
+    if args.idle_minutes is not None:
+        body["idle_minutes"] = args.idle_minutes
     return launched(client, args, client.post("/sessions/", body))
+
+
+def keep(client: ApiClient, args: argparse.Namespace) -> int:
+    path = f"{session_path(args.id)}keep/"
+    session = client.post(path, {}, not_found=not_found(args.id))
+    emit(sys.stdout, session, args.output, render_session)
+    return 0
 
 
 def again(client: ApiClient, args: argparse.Namespace) -> int:
@@ -213,6 +222,11 @@ def add_parser(
     p.add_argument("--worker", "-w", metavar="ID", help="on this connected worker of yours")
     add_param_option(p, what="a scheduling field of the new worker")
     p.add_argument("--name", default="", help="letters, digits, underscores; default TYPE_TIME")
+    add_idle_option(
+        p,
+        "end it after N minutes with no traffic and nothing running, warned first (0: never; "
+        "default: the environment's on a new worker, never on --worker)",
+    )
     p.add_argument("--wait", action="store_true", help="wait until it is running")
     p.add_argument("--open", action="store_true", help="wait, then open it in your browser")
     p.set_defaults(run=create)
@@ -227,6 +241,12 @@ def add_parser(
     p.add_argument("--wait", action="store_true", help="wait until it is running")
     p.add_argument("--open", action="store_true", help="wait, then open it in your browser")
     p.set_defaults(run=again)
+
+    p = sub.add_parser(
+        "keep", help="keep an idle session: its idle clock starts again", parents=[common, output]
+    )
+    p.add_argument("id", metavar="ID")
+    p.set_defaults(run=keep)
 
     p = sub.add_parser("ls", help="list your sessions", parents=[common, output])
     p.add_argument("--status", choices=SESSION_STATUSES)

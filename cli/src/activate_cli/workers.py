@@ -11,8 +11,8 @@ from urllib.parse import quote
 
 from activate_cli.client import ApiClient
 from activate_cli.errors import CliError, Interrupted, NotFound, UsageError
-from activate_cli.output import cell, emit, pairs, table, when
-from activate_cli.params import add_param_option
+from activate_cli.output import cell, emit, idle_for, pairs, table, when
+from activate_cli.params import add_idle_option, add_param_option
 from activate_cli.saved import not_found as saved_not_found
 from activate_cli.saved import saved_path
 from activate_cli.statuses import (
@@ -59,12 +59,19 @@ def render_worker(worker: Worker) -> str:
             ("Submitted", when(worker.get("submitted_at"))),
             ("Connected", when(worker.get("connected_at"))),
             ("Finished", when(worker.get("finished_at"))),
+            ("Idle policy", policy(worker.get("idle_minutes"))),
+            ("Idle for", idle_for(worker.get("idle_since"))),
+            ("Warned", when(worker.get("idle_warned_at"))),
         ]
     )
 
 
+def policy(minutes: float | None) -> str:
+    return f"delete after {minutes:g} min idle" if minutes else "never deleted as idle"
+
+
 def render_workers(workers: list[Worker]) -> str:
-    headers = ["ID", "NAME", "CLUSTER", "ENVIRONMENT", "STATUS", "NODE", "JOB", "CREATED"]
+    headers = ["ID", "NAME", "CLUSTER", "ENVIRONMENT", "STATUS", "NODE", "JOB", "IDLE", "CREATED"]
     rows = [
         [
             cell(w["id"]),
@@ -74,6 +81,7 @@ def render_workers(workers: list[Worker]) -> str:
             cell(w.get("status")),
             cell(w.get("node_hostname")),
             cell(w.get("scheduler_job_id")),
+            idle_for(w.get("idle_since")),
             when(w.get("created_at")),
         ]
         for w in workers
@@ -139,6 +147,8 @@ def request_body(client: ApiClient, args: argparse.Namespace) -> dict[str, Any]:
     body["params"] |= dict(args.param or [])
     if args.name:
         body["name"] = args.name
+    if args.idle_minutes is not None:
+        body["idle_minutes"] = args.idle_minutes
     return body
 
 
@@ -235,6 +245,12 @@ def positive_count(raw: str) -> int:
     return count
 
 
+def keep(client: ApiClient, args: argparse.Namespace) -> int:
+    worker = client.post(f"{worker_path(args.id)}keep/", {}, not_found=not_found(args.id))
+    emit(sys.stdout, worker, args.output, render_worker)
+    return 0
+
+
 def list_workers(client: ApiClient, args: argparse.Namespace) -> int:
     params = {k: v for k, v in (("cluster", args.cluster), ("status", args.status)) if v}
     workers = client.list_all("/workers/", params=params)
@@ -286,6 +302,9 @@ def add_parser(
     )
     add_param_option(p)
     p.add_argument("--name", default="", help="default: ENV-ID")
+    add_idle_option(
+        p, "delete it after N minutes idle, warned first (0: never; default: the site's)"
+    )
     p.add_argument(
         "--count",
         "-n",
@@ -309,6 +328,12 @@ def add_parser(
     p.add_argument("--cluster", metavar="CLUSTER")
     p.add_argument("--status", choices=STATUSES)
     p.set_defaults(run=list_workers)
+
+    p = sub.add_parser(
+        "keep", help="keep an idle worker: its idle clock starts again", parents=[common, output]
+    )
+    p.add_argument("id", metavar="ID")
+    p.set_defaults(run=keep)
 
     p = sub.add_parser("get", help="show one worker", parents=[common, output])
     p.add_argument("id", metavar="ID")

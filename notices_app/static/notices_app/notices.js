@@ -1,4 +1,5 @@
-// New notices of the user (a worker connected, a wall time running out), picked up every few
+// New notices of the user (a worker connected, a wall time running out, an idle worker or
+// session about to end, with its Keep button), picked up every few
 // seconds: a banner on the page, and a browser notification as well when the tab is in the
 // background and the user allowed them.
 (function () {
@@ -12,6 +13,23 @@
     const title = document.createElement("strong");
     title.textContent = notice.title;
     item.append(title, " " + notice.body + " ");
+    if (notice.keep) {
+      const keep = document.createElement("button");
+      keep.type = "button";
+      keep.className = "button";
+      keep.textContent = "Keep";
+      keep.addEventListener("click", async () => {
+        keep.disabled = true;
+        const answer = await fetch(notice.keep, {
+          method: "POST",
+          credentials: "same-origin",
+          headers: { Accept: "application/json", "X-CSRFToken": host.dataset.csrf || "" },
+        }).catch(() => null);
+        if (answer && answer.ok) item.remove();
+        else keep.disabled = false;
+      });
+      item.append(keep, " ");
+    }
     const close = document.createElement("button");
     close.type = "button";
     close.className = "link";
