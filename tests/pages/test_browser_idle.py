@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - pytest fixtures imported by name are parameters of the tests
 """An idle worker in the browser: the dialog offers the site's idle policy, the warning comes
 as a banner with Keep (and a browser notification in the background), Keep takes it back, and
 the worker is then deleted with its reason in its row. Debian's Chromium against the whole
