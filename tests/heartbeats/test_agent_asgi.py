@@ -15,7 +15,8 @@ import pytest
 from harness.agents import AgentAnswer, SignedAgent
 from harness.platform import Platform
 from tests.heartbeats.signed import worker_with_key
-from workers_app.agents.heartbeats import PREFIX, SEEN_PREFIX, HeartbeatStore
+from workers_app import idle
+from workers_app.agents.heartbeats import ACTIVITY_PREFIX, PREFIX, SEEN_PREFIX, HeartbeatStore
 from workers_app.models import WorkerEvent
 from workers_app.node import activate_agent
 from workers_app.redis_connection import redis_client
@@ -221,4 +222,25 @@ def test_after_redis_loses_its_data_the_next_beat_finds_the_agent_again(
     beats = [post(agents, "heartbeat", agent, {"worker": worker.public_id}) for _ in range(3)]
 
     assert [b.status_code for b in beats] == [200, 200, 200]
+    assert HeartbeatStore().alive([worker.pk]) == {worker.pk}
+
+
+def test_a_beat_carrying_activity_stores_it_in_the_same_round_trip(agents: httpx.Client) -> None:
+    worker, agent = worker_with_key()
+    connect = {"worker": worker.public_id, "hostname": "node7", "job_id": "123"}
+    assert post(agents, "connect", agent, connect).status_code == 200
+    # A quiet span for the job, a busy one for one session launcher, a quiet one for another.
+    report = {"span": "10.0", "cpu": "0.10", "io": "512", "sessions": "sbusy:9.00:0,squiet:0:0"}
+    beat = post(agents, "heartbeat", agent, {"worker": worker.public_id, **report})
+    assert (beat.status_code, beat.response.json(), beat.signed) == (200, {"status": "ok"}, True)
+    stored = redis_client().get(f"{ACTIVITY_PREFIX}{worker.pk}:r")
+    assert stored is not None and stored.decode().endswith(";0.010;51")
+    sessions = idle.session_quiet_since(worker.pk, ["sbusy", "squiet", "snever"])
+    assert sessions["sbusy"] is not None and sessions["squiet"] is not None
+    assert sessions["snever"] is None
+    # A malformed report costs the beat nothing; the answer says why it was left out.
+    redis_client().delete(f"{PREFIX}{worker.pk}")
+    bad = post(agents, "heartbeat", agent, {"worker": worker.public_id, "span": "-1"})
+    assert (bad.status_code, bad.signed) == (200, True)
+    assert bad.response.json()["activity_error"].startswith("span:")
     assert HeartbeatStore().alive([worker.pk]) == {worker.pk}
