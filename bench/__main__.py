@@ -56,7 +56,7 @@ class Benchmarks(Suite[Outcome]):
         )
         group.add_argument("--post-count", type=int, default=200)
         group = parser.add_argument_group("heartbeats")
-        group.add_argument("--agents", type=int, default=200, help="connected agents beating")
+        group.add_argument("--agents", type=int, default=1000, help="connected agents beating")
         group.add_argument("--beat-connections", type=int, default=50)
         group.add_argument("--beat-duration", type=float, default=12, help="seconds per round")
         group.add_argument("--beat-rounds", type=int, default=2)

@@ -45,12 +45,17 @@ FAKE_JOB_IDS = 8_000_000
 WRK_SCRIPT = Path(__file__).with_name("wrk_beats.lua")
 GOAL_RATE = 5000
 GOAL_OVER_DJANGO = 2.5
-# Signed beats prepared per second of a wrk run: twice the rate the agents' server reached.
-SUPPLY_RATE = 20_000
+# Signed beats prepared per second of a wrk run: more than any of the servers reaches.
+SUPPLY_RATE = 30_000
 BEAT_PATH = "/agent/v1/heartbeat"
 OURS = "ours: scripts/start.sh agents (uvicorn, lean ASGI heartbeat)"
 BARE_DJANGO = "bare Django view + one Redis SET (gunicorn)"
 BARE_ASGI = "plain ASGI callable + one Redis SET, no checks (uvicorn)"
+OURS_REPORTING = "ours, 1 beat in 10 carrying the agent's activity report"
+# The defaults' rate: a report every ACTIVATE_ACTIVITY_INTERVAL (300 s) with a beat every
+# ACTIVATE_HEARTBEAT_INTERVAL (30 s).
+REPORT_EVERY = 10
+GOAL_REPORT_COST = 0.05
 
 
 @dataclass
@@ -111,8 +116,19 @@ def _connected_agents(count: int, url: str, secret_key: str) -> list[SignedAgent
     return agents
 
 
-def _sign_beats(agents: list[SignedAgent], path: Path, count: int) -> None:
-    """``count`` distinct signed beats, the agents' in turn, one a line: worker, Authorization."""
+def _report(agent_number: int) -> str:
+    """An activity report as an agent sends it: its job, and two session launchers."""
+    busy = agent_number % 3 == 0
+    cpu = "287.50" if busy else "0.42"
+    sessions = f"s{agent_number:09d}a:{cpu}:1048576,s{agent_number:09d}b:0.00:0"
+    return f', "span": "300.0", "cpu": "{cpu}", "io": "52428800", "sessions": "{sessions}"'
+
+
+def _sign_beats(
+    agents: list[SignedAgent], path: Path, count: int, *, report_every: int = 0
+) -> None:
+    """``count`` distinct signed beats, the agents' in turn, one a line: worker, Authorization,
+    body; with ``report_every``, each agent's every so many beats carries an activity report."""
     lines = []
     # Each agent's beats a microsecond apart, as a real agent's (whose times go strictly up):
     # one agent's consecutive beats are len(agents) requests apart, far more than wrk keeps in
@@ -120,11 +136,12 @@ def _sign_beats(agents: list[SignedAgent], path: Path, count: int) -> None:
     start = int(time.time() * 1_000_000)
     for i in range(count):
         agent = agents[i % len(agents)]
-        # Byte for byte the body wrk_beats.lua sends.
-        body = f'{{"worker": "{agent.public_id}"}}'.encode()
-        seconds, micros = divmod(start + i // len(agents), 1_000_000)
-        header, _ = agent.signed(BEAT_PATH, body, ts=f"{seconds}.{micros:06d}")
-        lines.append(f"{agent.public_id}\t{header}\n")
+        number, beat = i % len(agents), i // len(agents)
+        report = _report(number) if report_every and (beat + number) % report_every == 0 else ""
+        body = f'{{"worker": "{agent.public_id}"{report}}}'
+        seconds, micros = divmod(start + beat, 1_000_000)
+        header, _ = agent.signed(BEAT_PATH, body.encode(), ts=f"{seconds}.{micros:06d}")
+        lines.append(f"{agent.public_id}\t{header}\t{body}\n")
     path.write_text("".join(lines))
 
 
@@ -175,10 +192,11 @@ def _wrk(
     connections: int,
     threads: int,
     duration: float,
+    report_every: int = 0,
 ) -> dict[str, int]:
     beats = workdir / "beats.txt"
     supply = int(SUPPLY_RATE * duration)
-    _sign_beats(agents, beats, supply)
+    _sign_beats(agents, beats, supply, report_every=report_every)
     argv = [wrk, f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--timeout", "5s"]
     argv += ["-s", str(WRK_SCRIPT), url, "--", str(beats), str(threads)]
     result = subprocess.run(
@@ -209,13 +227,13 @@ def _measure(
     threads: int,
     duration: float,
     round_number: int,
+    report_every: int = 0,
 ) -> Round:
+    shape = {"connections": connections, "threads": threads, "report_every": report_every}
     # A short warm-up first: connections, caches, uvicorn's and gunicorn's workers all busy.
-    _wrk(wrk, url, agents, workdir, connections=connections, threads=threads, duration=2)
+    _wrk(wrk, url, agents, workdir, duration=2, **shape)
     cpu_before = _group_cpu(leader)
-    answer = _wrk(
-        wrk, url, agents, workdir, connections=connections, threads=threads, duration=duration
-    )
+    answer = _wrk(wrk, url, agents, workdir, duration=duration, **shape)
     server_cpu = _group_cpu(leader) - cpu_before
     measured = Round(
         server=server,
@@ -369,7 +387,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def run(
     target: SshTarget,
     *,
-    agent_count: int = 200,
+    agent_count: int = 1000,
     connections: int = 50,
     duration: float = 12,
     rounds: int = 2,
@@ -399,12 +417,13 @@ def run(
         asgi_argv += ["--http", "httptools", "--no-access-log"]
         bare.append(_start_bare(asgi_argv, workdir / "bare-asgi.log", asgi_url))
         servers = [
-            (OURS, ours.pid, platform.agent_url),
-            (BARE_DJANGO, bare[0].pid, django_url),
-            (BARE_ASGI, bare[1].pid, asgi_url),
+            (OURS, ours.pid, platform.agent_url, 0),
+            (OURS_REPORTING, ours.pid, platform.agent_url, REPORT_EVERY),
+            (BARE_DJANGO, bare[0].pid, django_url, 0),
+            (BARE_ASGI, bare[1].pid, asgi_url, 0),
         ]
         for round_number in range(1, rounds + 1):
-            for server, leader, url in servers:
+            for server, leader, url, report_every in servers:
                 measured.append(
                     _measure(
                         wrk,
@@ -417,6 +436,7 @@ def run(
                         threads=wrk_threads,
                         duration=duration,
                         round_number=round_number,
+                        report_every=report_every,
                     )
                 )
         breakdown = _breakdown(agents[0], secret_key, repeat=2000)
@@ -431,8 +451,14 @@ def run(
         BARE_DJANGO: f"gunicorn gthread, {server_workers} workers x {django_threads} threads, "
         "no middleware",
         BARE_ASGI: f"uvicorn, {server_workers} worker processes (uvloop, httptools), no access log",
+        OURS_REPORTING: "the same server; each agent's every 10th beat carries a report (the "
+        "job's CPU and I/O over 300 s, two session launchers), as at the default intervals",
     }
     return _outcome(measured, breakdown, shape, agent_count, connections, wrk_threads, duration)
+
+
+def _cpu_per_beat(rounds: list[Round]) -> float:
+    return _mean([r.server_cpu / r.requests for r in rounds if r.requests])
 
 
 def _mean(values: list[float]) -> float:
@@ -473,6 +499,10 @@ def _outcome(
     django_rate = _mean([r.per_second for r in django])
     asgi_rate = _mean([r.per_second for r in asgi])
     ours_p99 = max((r.p99 for r in ours), default=float("nan"))
+    reporting = by_server[OURS_REPORTING]
+    reporting_rate = _mean([r.per_second for r in reporting])
+    rate_cost = 1 - reporting_rate / ours_rate
+    cpu_cost = _cpu_per_beat(reporting) / _cpu_per_beat(ours) - 1
     table.notes += [f"{server}: {text}" for server, text in shape.items()]
     table.notes += [
         f"load: wrk {wrk_threads} threads, {connections} keep-alive connections, closed loop, "
@@ -508,7 +538,7 @@ def _outcome(
         f"{breakdown.django * 1e6:.0f} us",
     )
     for server, rounds in by_server.items():
-        cpu = _mean([r.server_cpu / r.requests for r in rounds if r.requests])
+        cpu = _cpu_per_beat(rounds)
         where.add(f"{server}: server CPU per beat under wrk (all processes)", f"{cpu * 1e6:.0f} us")
     goals = [
         Goal(
@@ -522,6 +552,14 @@ def _outcome(
             f">= {GOAL_OVER_DJANGO:g}x a bare Django view doing one Redis SET, same run and shape",
             f"{times(ours_rate / django_rate)} ({rate(ours_rate)} vs {rate(django_rate)})",
             ours_rate >= GOAL_OVER_DJANGO * django_rate,
+        ),
+        Goal(
+            NAME,
+            f"the agents' activity reports cost beats < {GOAL_REPORT_COST:.0%} (1 beat in "
+            f"{REPORT_EVERY} carrying one, same server and run)",
+            f"{rate(reporting_rate)} vs {rate(ours_rate)}: {rate_cost:+.1%} of the rate; "
+            f"server CPU per beat {cpu_cost:+.1%}",
+            rate_cost < GOAL_REPORT_COST and all(r.errors == 0 for r in reporting),
         ),
     ]
     return Outcome([table, where], goals)

@@ -1,5 +1,6 @@
 -- wrk script of the heartbeat benchmark: each request is a distinct signed beat (its agent's
--- worker id and an Authorization header with its own nonce), read from the file named by the
+-- worker id, an Authorization header with its own nonce, and its body, some with an activity
+-- report), read from the file named by the
 -- first script argument, signed beforehand by bench/heartbeats.py (wrk's Lua has no HMAC).
 -- Thread n of the second argument's count takes lines n, n + count, ...: no two threads send
 -- the same beat. A thread that used up its share would start over, and the server refuse the
@@ -19,13 +20,13 @@ function init(args)
   local line_number = 0
   for line in io.lines(args[1]) do
     if line_number % threads == thread_number then
-      local id, authorization = line:match("^(%S+)\t(.+)$")
+      local id, authorization, body = line:match("^(%S+)\t([^\t]+)\t(.+)$")
       if id then
         count = count + 1
         requests[count] = wrk.format("POST", "/agent/v1/heartbeat", {
           ["Content-Type"] = "application/json",
           ["Authorization"] = authorization,
-        }, '{"worker": "' .. id .. '"}')
+        }, body)
       end
     end
     line_number = line_number + 1
