@@ -22,7 +22,7 @@ from django.utils import timezone
 from sessions_app import kinds, launch, lifecycle
 from sessions_app.models import Session
 from sessions_app.statuses import LIVE, SessionStatus
-from workers_app import idle, signals
+from workers_app import idle
 from workers_app import lifecycle as worker_lifecycle
 from workers_app import services as worker_services
 from workers_app.models import Worker
@@ -316,11 +316,7 @@ def keep_session(session: Session, *, owner: User) -> None:
     """Keep: the session's idle clock starts again now, and any warning is taken back."""
     if session.owner_id != owner.pk:
         raise worker_services.NotOwner("only the session's owner can keep it")
-    now = timezone.now()
-    with transaction.atomic():
-        Session.objects.filter(pk=session.pk).update(idle_kept_at=now, idle_warned_at=None)
-        signals.idle_warning_cleared.send(sender=Session, worker=session.worker, session=session)
-    session.idle_kept_at, session.idle_warned_at = now, None
+    worker_services.reset_idle(session, kept_at=timezone.now())
 
 
 def session_idleness(sessions: list[Session], now: datetime) -> dict[int, float | None]:
@@ -363,13 +359,9 @@ def sweep_idle_sessions(now: datetime | None = None) -> dict[str, int]:
         policy = idle.policy_seconds(session.idle_minutes)
         decision = idle.decide(idle_for, policy, session.idle_warned_at, now)
         if decision == idle.Decision.WARN:
-            done[decision] += _warn_idle_session(session, now, idle.warning_lead(policy or 0))
+            done[decision] += worker_services.warn_idle(session, now, live=S.RUNNING)
         elif decision == idle.Decision.CLEAR:
-            with transaction.atomic():
-                done[decision] += Session.objects.filter(pk=session.pk).update(idle_warned_at=None)
-                signals.idle_warning_cleared.send(
-                    sender=Session, worker=session.worker, session=session
-                )
+            done[decision] += worker_services.reset_idle(session)
         elif decision == idle.Decision.END:
             done[decision] += stop_session(
                 session,
@@ -377,19 +369,3 @@ def sweep_idle_sessions(now: datetime | None = None) -> dict[str, int]:
                 worker_reason=idle.idle_reason(session.idle_minutes),
             )
     return done
-
-
-def _warn_idle_session(session: Session, now: datetime, lead: float) -> bool:
-    with transaction.atomic():
-        warned = Session.objects.filter(
-            pk=session.pk, status=S.RUNNING, idle_warned_at__isnull=True
-        ).update(idle_warned_at=now)
-        if warned:
-            session.idle_warned_at = now
-            signals.idle_warning.send(
-                sender=Session,
-                worker=session.worker,
-                session=session,
-                ends_at=now + timedelta(seconds=lead),
-            )
-    return bool(warned)

@@ -18,6 +18,7 @@ from workers_app import effects, idle, lifecycle, signals, usage
 from workers_app.accounts import acting_account
 from workers_app.connections import adapter_for_worker
 from workers_app.models import Cluster, Environment, SavedRequest, Worker, WorkerCommand
+from workers_app.models.idle import IdlePolicy
 from workers_app.params import ParameterError, directives_for, validate_params
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers import adapter_class
@@ -267,41 +268,52 @@ def delete_worker(worker: Worker, *, reason: str = lifecycle.REASON_DELETED) -> 
         return lifecycle.request_stop(worker, reason=reason)
 
 
-def warn_idle(worker: Worker, now: datetime) -> bool:
-    """Tell the owner that their idle worker will be deleted a warning's lead from now."""
+def _idle_parts(subject: IdlePolicy) -> tuple[Worker, IdlePolicy | None]:
+    """The worker a policy's subject is on, and the session when the subject is one."""
+    if isinstance(subject, Worker):
+        return subject, None
+    return subject.worker, subject  # type: ignore[attr-defined]
+
+
+def warn_idle(subject: IdlePolicy, now: datetime, *, live: str) -> bool:
+    """Tell the owner that their idle worker (or session) ends a warning's lead from now; once,
+    and only while it is ``live`` (its status)."""
+    worker, session = _idle_parts(subject)
     with transaction.atomic():
-        warned = Worker.objects.filter(
-            pk=worker.pk, status=WorkerStatus.CONNECTED, idle_warned_at__isnull=True
-        ).update(idle_warned_at=now)
+        # Any model with a policy and a status: the keywords are checked when it runs.
+        unwarned = {"pk": subject.pk, "status": live, "idle_warned_at__isnull": True}
+        warned = type(subject)._default_manager.filter(**unwarned).update(idle_warned_at=now)
         if warned:
-            worker.idle_warned_at = now
-            lead = idle.warning_lead(idle.policy_seconds(worker.idle_minutes) or 0)
+            subject.idle_warned_at = now
+            lead = idle.warning_lead(idle.policy_seconds(subject.idle_minutes) or 0)
             signals.idle_warning.send(
-                sender=Worker, worker=worker, session=None, ends_at=now + timedelta(seconds=lead)
+                sender=type(subject),
+                worker=worker,
+                session=session,
+                ends_at=now + timedelta(seconds=lead),
             )
     return bool(warned)
 
 
-def clear_idle_warning(worker: Worker) -> bool:
-    """Take the warning back: the worker is busy again."""
+def reset_idle(subject: IdlePolicy, *, kept_at: datetime | None = None) -> bool:
+    """Take a warning back (busy again); with ``kept_at`` (Keep), the clock starts there."""
+    worker, session = _idle_parts(subject)
+    changes: dict[str, datetime | None] = {"idle_warned_at": None}
+    if kept_at is not None:
+        changes["idle_kept_at"] = kept_at
     with transaction.atomic():
-        cleared = Worker.objects.filter(pk=worker.pk, idle_warned_at__isnull=False).update(
-            idle_warned_at=None
-        )
-        signals.idle_warning_cleared.send(sender=Worker, worker=worker, session=None)
-    worker.idle_warned_at = None
-    return bool(cleared)
+        changed = type(subject)._default_manager.filter(pk=subject.pk).update(**changes)
+        signals.idle_warning_cleared.send(sender=type(subject), worker=worker, session=session)
+    for field, value in changes.items():
+        setattr(subject, field, value)
+    return bool(changed)
 
 
 def keep_worker(worker: Worker, *, owner: User) -> None:
     """Keep: the idle clock starts again now, and any warning is taken back."""
     if worker.owner_id != owner.pk:
         raise NotOwner("only the worker's owner can keep it")
-    now = timezone.now()
-    with transaction.atomic():
-        Worker.objects.filter(pk=worker.pk).update(idle_kept_at=now, idle_warned_at=None)
-        signals.idle_warning_cleared.send(sender=Worker, worker=worker, session=None)
-    worker.idle_kept_at, worker.idle_warned_at = now, None
+    reset_idle(worker, kept_at=timezone.now())
 
 
 def end_idle_worker(worker: Worker) -> bool:

@@ -196,9 +196,9 @@ def sweep_idle_workers(now: datetime | None = None) -> dict[str, int]:
         policy = idle.policy_seconds(worker.idle_minutes)
         decision = idle.decide(state.idle_for(now), policy, worker.idle_warned_at, now)
         if decision == idle.Decision.WARN:
-            done[decision] += services.warn_idle(worker, now)
+            done[decision] += services.warn_idle(worker, now, live=S.CONNECTED)
         elif decision == idle.Decision.CLEAR:
-            done[decision] += services.clear_idle_warning(worker)
+            done[decision] += services.reset_idle(worker)
         elif decision == idle.Decision.END:
             done[decision] += services.end_idle_worker(worker)
     return done
