@@ -14,7 +14,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "activate.settings.dev")
 # (The stubs type a WSGI response as HttpResponseBase; it is the iterable of bytes WSGI wants.)
 wsgi_application = cast(Any, get_wsgi_application())
 django_application = WSGIMiddleware(wsgi_application, workers=settings.ACTIVATE_WEB_THREADS)
+# A command run through the API holds its thread until it ends (minutes): such requests have a
+# pool of their own, so they can never take the threads pages and the API answer on.
+exec_application = WSGIMiddleware(wsgi_application, workers=settings.ACTIVATE_EXEC_THREADS)
 
 from activate.routing import build_application  # noqa: E402
 
-application = build_application(django_application)
+application = build_application(django_application, exec_application)

@@ -6,6 +6,7 @@ of the threads that page, API and agent requests run on.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from channels.routing import ProtocolTypeRouter, URLRouter
@@ -31,25 +32,33 @@ websocket_urlpatterns: list[Any] = [
 ]
 
 
+# Commands run on a worker's node through the API: Django's too, on threads of their own.
+EXEC_PATH = re.compile(r"^/api/workers/[^/]+/exec/?$")
+
+
 class HttpRouter:
     """Session URLs and sessions' own hosts go to the sessions' gate, on the event loop;
-    everything else to Django (never a session's page: sessions_app/origins.py)."""
+    commands run through the API to Django's own pool for them; everything else to Django
+    (never a session's page: sessions_app/origins.py)."""
 
-    def __init__(self, django_app: Any) -> None:
+    def __init__(self, django_app: Any, exec_app: Any | None = None) -> None:
         self.django_app = RefuseSessionOrigins(django_app)
+        self.exec_app = RefuseSessionOrigins(exec_app) if exec_app is not None else None
         self.sessions = SessionHttpGate(SessionHttpProxy())
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if serves(scope):
             await self.sessions(scope, receive, send)
+        elif self.exec_app is not None and EXEC_PATH.match(scope["path"]):
+            await self.exec_app(scope, receive, send)
         else:
             await self.django_app(scope, receive, send)
 
 
-def build_application(django_app: Any) -> Any:
+def build_application(django_app: Any, exec_app: Any | None = None) -> Any:
     return ProtocolTypeRouter(
         {
-            "http": HttpRouter(django_app),
+            "http": HttpRouter(django_app, exec_app),
             "websocket": SessionWebSocketGate(
                 URLRouter(session_websocket_urlpatterns), URLRouter(websocket_urlpatterns)
             ),

@@ -130,19 +130,30 @@ class Platform:
         return process
 
     def start_deployed_web(
-        self, *, workers: int, threads: int, name: str = "web"
+        self,
+        *,
+        workers: int | None = None,
+        threads: int | None = None,
+        name: str = "web",
+        production: bool = True,
     ) -> subprocess.Popen[bytes]:
-        """The web server exactly as `scripts/start.sh web` runs it, with production settings."""
+        """The web server exactly as `scripts/start.sh web` runs it (its shipped numbers of
+        processes and threads unless given), with production settings unless not
+        ``production``: then the test settings, whose secret key decrypts the clusters' keys
+        the tests stored."""
         environ = self.env()
-        environ.update(
-            {
-                "DJANGO_SETTINGS_MODULE": "activate.settings.prod",
-                "ACTIVATE_SECRET_KEY": secrets.token_urlsafe(40),
-                "ACTIVATE_WEB_WORKERS": str(workers),
-                "ACTIVATE_WEB_THREADS": str(threads),
-                "ACTIVATE_AGENT_PLAIN_HTTP": "true",
-            }
-        )
+        if production:
+            environ.update(
+                {
+                    "DJANGO_SETTINGS_MODULE": "activate.settings.prod",
+                    "ACTIVATE_SECRET_KEY": secrets.token_urlsafe(40),
+                    "ACTIVATE_AGENT_PLAIN_HTTP": "true",
+                }
+            )
+        if workers is not None:
+            environ["ACTIVATE_WEB_WORKERS"] = str(workers)
+        if threads is not None:
+            environ["ACTIVATE_WEB_THREADS"] = str(threads)
         process = self._spawn(name, ["bash", str(START), "web"], environ)
         self._ready(self._web_answers, "the web server did not answer")
         return process

@@ -154,6 +154,8 @@ EMAIL_USE_TLS = env.boolean("ACTIVATE_EMAIL_TLS", False)
 DEFAULT_FROM_EMAIL = env.string("ACTIVATE_EMAIL_FROM", "activate@localhost")
 # Threads per web server process for pages and the API (WebSockets need none).
 ACTIVATE_WEB_THREADS = env.integer("ACTIVATE_WEB_THREADS", 8, minimum=1)
+# Threads per web process for commands run through the API (each holds one while it runs).
+ACTIVATE_EXEC_THREADS = env.integer("ACTIVATE_EXEC_THREADS", 32, minimum=1)
 # Where sessions' programs are on compute nodes (ACTIVATE_CODE_SERVER, ACTIVATE_NOVNC_DIR, ...)
 # each session kind reads itself: see the `tools` of the modules in sessions_app/kinds/.
 # Seconds between sweeps that start sessions whose worker connected and fail stuck starts.
