@@ -3,14 +3,17 @@ broker that cannot take the submission message does not turn a stored request in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import redis
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from activate.celery import app
-from workers_app import sweeps
+from workers_app import tasks
 from workers_app.models import Environment, Worker
 
 BODY = {"cluster": "test-slurm", "environment": "compute", "params": {"account": "p"}}
@@ -49,37 +52,60 @@ def test_an_unusable_idempotency_key_is_refused(api: APIClient, compute_env: Env
     assert not Worker.objects.exists()
 
 
-@pytest.fixture
-def broker_down() -> Iterator[None]:
-    """The Celery app's broker is a closed port: publishing fails as with Redis down."""
-    saved = app.conf.broker_url
+class Broker:
+    """The Celery app's broker, which a test takes down (a closed port: publishing fails as
+    with Redis down) and brings back."""
 
-    def use(url: str) -> None:
+    def __init__(self) -> None:
+        self.url = app.conf.broker_url
+
+    def use(self, url: str) -> None:
         # Connections and producers are pooled per process; new pools read the new URL.
         app.conf.broker_url = url
         app._pool = None
         app.amqp._producer_pool = None
 
-    use("redis://127.0.0.1:1/0")
+    def down(self) -> None:
+        self.use("redis://127.0.0.1:1/0")
+
+    def back(self) -> None:
+        self.use(self.url)
+
+    def queued(self) -> list[dict[str, Any]]:
+        """The messages waiting in the default queue (Celery's Redis list), oldest first."""
+        client = redis.Redis.from_url(self.url)
+        return [json.loads(raw) for raw in reversed(client.lrange("celery", 0, -1))]
+
+
+@pytest.fixture
+def broker() -> Iterator[Broker]:
+    broker = Broker()
+    broker.down()
     try:
-        yield
+        yield broker
     finally:
-        use(saved)
+        broker.back()
 
 
 @pytest.mark.django_db(transaction=True)
 @override_settings(CELERY_TASK_PUBLISH_RETRY=False)
 def test_with_the_broker_down_a_request_is_stored_answered_201_and_dispatched_later(
-    api: APIClient, compute_env: Environment, broker_down: None
+    api: APIClient, compute_env: Environment, broker: Broker
 ) -> None:
     response = api.post("/api/workers/", BODY, format="json")
 
     assert response.status_code == 201
     worker = Worker.objects.get(public_id=response.json()["id"])
     assert worker.status == "pending"
-    # The dispatch sweep sends it once its first lease has passed.
+    # The broker comes back; once the first lease has passed, the dispatch sweep (the beat's
+    # task, run here) sends its submission: the message is in the broker's queue.
+    broker.back()
     Worker.objects.filter(pk=worker.pk).update(next_attempt_at=worker.created_at)
-    assert sweeps.dispatch_pending() == [worker.pk]
+    before = len(broker.queued())
+    assert tasks.dispatch_pending() == 1
+    sent = broker.queued()[before:]
+    assert [m["headers"]["task"] for m in sent] == ["workers_app.tasks.submit_workers"]
+    assert str(worker.pk) in sent[0]["headers"]["argsrepr"]
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ the platform, keeps them apart. Live platform, real Slurm, real SSH, two real Un
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -109,8 +110,16 @@ def test_each_users_job_runs_as_their_own_account_and_the_cluster_refuses_the_ot
     assert entered.returncode != 0 and alice_remote not in entered.stdout
     cancelled = as_bob("scancel", alice_job)
     assert cancelled.returncode != 0 or "denied" in (cancelled.stdout + cancelled.stderr).lower()
-    mine = as_bob("squeue", "--me", "-h", "-o", "%i")
-    assert alice_job not in mine.stdout.split()
+    # What Slurm shows bob of her job (its name, state and node: Slurm's default, without
+    # PrivateData) never holds the secret her agent signs with.
+    secret = re.search(r"ACTIVATE_AGENT_KEY=(\S+)", own.stdout)
+    assert secret is not None and len(secret.group(1).strip("'\"")) >= 32
+    listed = as_bob("squeue", "-u", alice_remote, "-h", "-o", "%i %j %u %o")
+    assert alice_job in listed.stdout.split()  # the check below reads what bob can see
+    shown = as_bob("scontrol", "show", "job", "-dd", alice_job)
+    assert alice_job in shown.stdout
+    for seen in (listed, shown):
+        assert secret.group(1).strip("'\"") not in seen.stdout + seen.stderr
     # ...and the platform does not even let him name her worker.
     assert as_bob_api_404(bob_pw, alice_worker.public_id)
 

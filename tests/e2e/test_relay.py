@@ -181,7 +181,30 @@ def test_agents_told_only_the_relay_connect_and_stay_connected_through_drops(
     wait_for(lambda: not set(squeue_names(ssh_target)) & {w.job_name for w in workers}, timeout=60)
 
 
-NOT_AGENT_PATHS = ["/", "/admin/", "/api/workers/", "/health/", "/agent/../api/workers/"]
+NOT_AGENT_PATHS = [
+    "/",
+    "/admin/",
+    "/api/workers/",
+    "/health/",
+    "/agent/../api/workers/",
+    "/agent/v1/../../api/workers/",
+    "/agent/%2e%2e/api/workers/",
+    "/agent/v1/%2E%2E/%2E%2E/admin/",
+]
+
+
+def raw_get(address: str, path: str) -> tuple[int, str]:
+    """GET ``path`` byte for byte as given (no client normalises it): status and body."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode(errors="replace")
 
 
 def test_the_relay_passes_agent_endpoints_only_and_one_relay_runs_per_cluster(
@@ -194,10 +217,12 @@ def test_the_relay_passes_agent_endpoints_only_and_one_relay_runs_per_cluster(
 
     # Through the relay, the SSH forward and the agents' server on the hidden address.
     assert httpx.get(f"{base}/agent/v1/ping", timeout=5).status_code == 200
+    address = relay_row(relay_environment).address
+    assert raw_get(address, "/agent/v1/ping")[0] == 200  # the raw client itself works
     for path in NOT_AGENT_PATHS:
-        answer = httpx.get(f"{base}{path}", timeout=5)
-        assert answer.status_code == 403, path
-        assert "only the agent endpoints" in answer.text
+        status, body = raw_get(address, path)
+        assert status == 403, path
+        assert "only the agent endpoints" in body
     assert httpx.delete(f"{base}/agent/v1/heartbeat", timeout=5).status_code == 403
     # A call that is not signed as agents sign theirs (a secret in plain text) stops here.
     unsigned = httpx.post(

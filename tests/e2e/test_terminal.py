@@ -56,7 +56,10 @@ def alice_worker(
     remote = sorted(ssh_target.accounts)[0]
     pw = pw_runner(terminal_platform, user, tmp_path / "alice")
     key_file = ssh_target.accounts[remote]
-    assert pw("cluster", "connect", cluster.name, "--user", remote, "--key-file", key_file)
+    connected_account = pw(
+        "cluster", "connect", cluster.name, "--user", remote, "--key-file", key_file
+    )
+    assert connected_account.returncode == 0, connected_account.stderr
     created = pw("workers", "create", cluster.name, "--environment", "compute")
     assert created.returncode == 0, created.stderr
     return connected(Worker.objects.get(owner=user), terminal_platform)

@@ -8,10 +8,11 @@ import pytest
 
 from harness.agents import freeze_agent
 from harness.cluster import SshTarget, squeue_names
+from harness.objects import HOLD_DIRECTIVE
 from harness.platform import FAST_KNOBS, Platform
 from harness.waiting import wait_for
 from workers_app import services
-from workers_app.models import Environment, Worker
+from workers_app.models import Environment, EnvironmentField, Worker
 from workers_app.redis_connection import redis_client
 from workers_app.statuses import WorkerStatus
 
@@ -101,18 +102,27 @@ def test_a_job_that_reaches_its_wall_time_shows_timeout(
     assert worker.scheduler_state == "TIMEOUT"
 
 
-def test_deleting_a_worker_in_each_status_leaves_no_job(
+def test_deleting_a_worker_pending_queued_or_connected_leaves_no_job(
     platform: Platform,
     slurm_environment: Environment,
     user,
     ssh_target: SshTarget,
 ) -> None:
+    # (Deletion in every status, starting and stopping included: the `deletion` drill.)
+    EnvironmentField.objects.create(
+        environment=slurm_environment, name="directives", kind="directives", position=5
+    )
     connected = request(slurm_environment, user)
+    held = request(slurm_environment, user, directives=HOLD_DIRECTIVE)
     wait_status(connected, {S.CONNECTED}, 90, platform)
+    wait_status(held, {S.QUEUED}, 90, platform)
+    assert held.job_name in squeue_names(ssh_target)
     just_requested = request(slurm_environment, user)
-    services.delete_worker(just_requested)
-    services.delete_worker(connected)
-    for worker in (connected, just_requested):
+    assert just_requested.status == S.PENDING
+    workers = (connected, held, just_requested)
+    for worker in workers:
+        services.delete_worker(worker)
+    for worker in workers:
         wait_status(worker, {S.STOPPED}, 60, platform)
-    names = {connected.job_name, just_requested.job_name}
+    names = {worker.job_name for worker in workers}
     wait_for(lambda: not names & set(squeue_names(ssh_target)), timeout=60)

@@ -39,7 +39,10 @@ def test_a_pending_worker_times_out_exactly_at_its_deadline() -> None:
 
 
 @pytest.mark.django_db
-def test_a_queued_worker_times_out_and_its_job_is_cancelled(settings: object) -> None:
+def test_a_queued_worker_times_out_and_its_job_is_marked_to_be_cancelled(
+    settings: object,
+) -> None:
+    # The cancel itself, on the real Slurm: tests/e2e/test_timeouts.py.
     worker = WorkerFactory()
     lifecycle.mark_submitted(worker, job_id="88")
     worker.refresh_from_db()
