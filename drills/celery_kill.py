@@ -4,7 +4,9 @@ job; none lost, none duplicated.
 Each round requests a burst of (held) workers (every other one in a single bulk request, so a
 batch is killed mid-way) and, while their submissions hold their locks
 (between the name lookup, sbatch and recording the job), kills either the whole worker (main
-process and its prefork children) or one child in the middle of its task. Killed tasks come
+process and its prefork children) or the child whose task holds a submission. A kill counts
+only when its process held a submission's lock a moment before; the drill fails when fewer
+than asked landed. Killed tasks come
 back (acks_late: redelivered after the visibility timeout; a lost child's task is rejected and
 requeued) and the dispatch sweep resends pending workers whose lease ran out.
 """
@@ -17,7 +19,13 @@ import signal
 import time
 from collections.abc import Callable
 
-from drills.drill import Drill, DrillResult, pause, submissions_in_progress
+from drills.drill import (
+    Drill,
+    DrillResult,
+    pause,
+    submissions_in_progress,
+    submitting_processes,
+)
 from harness.cluster import SshTarget
 from harness.objects import HELD_ENVIRONMENT
 from harness.waiting import wait_until
@@ -35,21 +43,39 @@ def run(target: SshTarget, *, kills: int = 8, burst: int = 6) -> DrillResult:
         platform = drill.platform
         platform.start_all()
         kinds = {"whole worker": 0, "one prefork child": 0}
-        for round_number in range(kills):
+        missed = 0
+        # A kill counts when it landed: the process it killed held a submission's lock (between
+        # the name lookup, sbatch and recording) a moment before. A round whose submissions
+        # ended first is a miss and is tried again, up to as many times as kills are asked.
+        while sum(kinds.values()) < kills and missed <= kills:
+            whole = sum(kinds.values()) % 2 == 0
             # Every other burst is one bulk request: its workers are submitted as one batch.
-            made = drill.request(HELD_ENVIRONMENT, burst, bulk=round_number % 2 == 1)
-            # Kill while submissions hold their locks: between lookup, sbatch and recording.
-            wait_until(_submitting({w.pk for w in made}), timeout=30, interval=0.005)
+            made = drill.request(HELD_ENVIRONMENT, burst, bulk=not whole)
+            ids = {w.pk for w in made}
+            wait_until(_submitting(ids), timeout=30, interval=0.005)
             pause(chooser.uniform(0, 0.1))
             children = platform.child_pids("worker")
-            if round_number % 2 == 0 or not children:
+            holders = {
+                worker: pid
+                for worker, pid in submitting_processes(children).items()
+                if worker in ids
+            }
+            if not holders:
+                missed += 1
+                continue
+            if whole:
                 platform.kill("worker")
                 platform.start_worker()
                 kinds["whole worker"] += 1
             else:
-                os.kill(chooser.choice(children), signal.SIGKILL)
+                os.kill(chooser.choice(sorted(set(holders.values()))), signal.SIGKILL)
                 kinds["one prefork child"] += 1
-        drill.result.repetitions = kills
+        landed = sum(kinds.values())
+        drill.result.repetitions = landed
+        drill.check(
+            landed == kills,
+            f"only {landed} of {kills} kills landed during a submission ({missed} rounds missed)",
+        )
         workers = drill.workers()
         started = time.monotonic()
         # Lost tasks come back after the lease (dispatch) or the visibility timeout.
@@ -78,9 +104,11 @@ def run(target: SshTarget, *, kills: int = 8, burst: int = 6) -> DrillResult:
         lost_tasks = drill.log_count("WorkerLostError(")
         drill.note(
             f"{len(workers)} workers, {kinds['whole worker']} kills of the whole worker and "
-            f"{kinds['one prefork child']} of one child; all queued {took:.0f} s after the last "
-            f"kill; {lost_tasks} tasks killed mid-run in a child; {adopted} found their job "
-            "already made and adopted it (a kill between sbatch and recording)"
+            f"{kinds['one prefork child']} of the child holding a submission, each while a "
+            f"submission held its lock ({missed} rounds whose submissions ended first, tried "
+            f"again); all queued {took:.0f} s after the last kill; {lost_tasks} tasks killed "
+            f"mid-run in a child; {adopted} found their job already made and adopted it (a kill "
+            "between sbatch and recording)"
         )
         return drill.result
 

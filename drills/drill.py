@@ -6,6 +6,7 @@ everything that went wrong; whatever it stopped or started is restored in ``clos
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Iterable
@@ -237,6 +238,41 @@ def submissions_in_progress() -> set[int]:
             [LOCK_NAMESPACE],
         )
         return {int(row[0]) for row in cursor.fetchall()}
+
+
+def submitting_processes(pids: Iterable[int]) -> dict[int, int]:
+    """Workers whose submission holds its lock right now, each with the process among ``pids``
+    that holds it: the one whose connection to PostgreSQL took the lock (its client port,
+    found among the process's sockets)."""
+    from django.db import connection
+
+    from workers_app.locks import LOCK_NAMESPACE
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT l.objid, a.client_port FROM pg_locks l JOIN pg_stat_activity a "
+            "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+            "AND l.classid = %s AND l.objsubid = 2",
+            [LOCK_NAMESPACE],
+        )
+        ports = {int(port): int(worker) for worker, port in cursor.fetchall() if port}
+    inodes = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            port = int(fields[1].rsplit(":", 1)[1], 16)
+            if port in ports:
+                inodes[f"socket:[{fields[9]}]"] = ports[port]
+    found = {}
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                worker = inodes.get(os.readlink(fd))
+                if worker is not None:
+                    found[worker] = pid
+        except OSError:
+            continue
+    return found
 
 
 def now() -> datetime:
