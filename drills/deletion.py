@@ -59,18 +59,32 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
         delete(connected[2])
         delete(connected[2])
         # Mid-submit: half are deleted the moment their submission takes its lock (before it
-        # talks to the cluster), half a random 0-300 ms after the request.
-        for number in range(mid_submit):
+        # talks to the cluster), half a random 0-300 ms after the request. A lock-timed
+        # deletion counts when the submission still held its lock once the deletion was done;
+        # one that came too late is tried again with another worker (as many times at most).
+        timed, late, number = 0, 0, 0
+        while number < mid_submit and late <= mid_submit:
             worker = services.request_worker(
                 owner=drill.owner, cluster=drill.cluster.name, environment=HELD_ENVIRONMENT
             )
-            if number % 2 == 0:
+            lock_timed = number % 2 == 0
+            if lock_timed:
                 wait_until(_submitting(worker.pk), timeout=10, interval=0.002)
             else:
                 pause(chooser.uniform(0, 0.3))
             worker.refresh_from_db()
-            deleted_in[worker.status] += 1
+            status = worker.status
             services.delete_worker(worker)
+            if lock_timed and worker.pk not in submissions_in_progress():
+                late += 1  # deleted, but not amid its submission: not counted
+                continue
+            deleted_in[status] += 1
+            timed += lock_timed
+            number += 1
+        drill.check(
+            timed == (mid_submit + 1) // 2,
+            f"only {timed} deletions landed while their submission held its lock ({late} late)",
+        )
         # Already ended: deleting again changes nothing.
         if drill.wait_status(queued[:1], set(FINISHED), timeout=60):
             delete(queued[0])
@@ -94,7 +108,8 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
         drill.note(
             "deleted in: "
             + ", ".join(f"{status} {n}" for status, n in sorted(deleted_in.items()))
-            + f"; {late_jobs} jobs were created after their worker was deleted and then "
+            + f"; {timed} while their submission held its lock ({late} came too late and were "
+            f"tried again); {late_jobs} jobs were created after their worker was deleted and then "
             "cancelled; no job of a deleted worker left in squeue"
         )
         return drill.result
