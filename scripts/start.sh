@@ -33,8 +33,19 @@ case "${1:-}" in
       --timeout-graceful-shutdown 10 --no-server-header --no-access-log
     ;;
   worker)
-    exec "$BIN/celery" -A activate worker --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \
-      --concurrency "${ACTIVATE_CELERY_CONCURRENCY:-4}" --hostname "worker@%h"
+    # A worker whose consumer got stuck after a broker outage exits 70 (activate/watchdog.py)
+    # and is started again here; any other end is this script's.
+    child=""
+    trap '[ -n "$child" ] && kill -TERM "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
+    while true; do
+      "$BIN/celery" -A activate worker --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \
+        --concurrency "${ACTIVATE_CELERY_CONCURRENCY:-4}" --hostname "worker@%h" &
+      child=$!
+      status=0
+      wait "$child" || status=$?
+      [ "$status" -eq 70 ] || exit "$status"
+      echo "celery worker: its consumer was stuck; starting it again" >&2
+    done
     ;;
   beat)
     mkdir -p data

@@ -27,6 +27,7 @@ BATCH = 500
 # Sweeps this many intervals apart mean the platform itself had a gap (sweeper, Redis or DB).
 SWEEP_GAP_FACTOR = 3
 TIMED_STATUSES = (S.PENDING, S.QUEUED, S.STARTING)
+GONE_BACK = "heartbeat store went back to an older copy during a sweep"
 
 
 def time_out_one(now: datetime) -> bool:
@@ -102,6 +103,12 @@ def sweep_heartbeats(*, store: HeartbeatStore | None = None, now: float | None =
     silent = _silent_connected(store)
     if silent is None:
         return 0
+    if silent and _went_back(store, previous):
+        # Redis was replaced by an older copy of itself while this sweep read it (a restored
+        # snapshot, a stale replica promoted): its expired keys are not silence.
+        _grant_grace(store, GONE_BACK)
+        store.note_sweep(now)
+        return 0
     stopped = 0
     unreachable = relays.clusters_agents_cannot_reach(timezone.now()) if silent else set()
     for cluster_id, workers in _by_cluster(silent).items():
@@ -116,6 +123,13 @@ def sweep_heartbeats(*, store: HeartbeatStore | None = None, now: float | None =
         store.close_breaker(cluster_id)
     store.note_sweep(now)
     return stopped
+
+
+def _went_back(store: HeartbeatStore, previous: float | None) -> bool:
+    """Whether the store's last sweep time is now older than at this sweep's start (another
+    sweeper's later write is not going back)."""
+    again = store.last_sweep()
+    return previous is not None and (again is None or again < previous)
 
 
 def _silent_connected(store: HeartbeatStore) -> list[Worker] | None:

@@ -125,3 +125,29 @@ def test_the_agents_ping_answers_only_when_redis_answers(client: Client, setting
         assert client.get("/agent/v1/ping").status_code == 503
     finally:
         redis_connection._client.cache_clear()
+
+
+def test_a_store_that_goes_back_to_an_older_copy_mid_sweep_gives_grace_not_silence(
+    store: HeartbeatStore, hearing: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redis restored from a snapshot while the sweep reads it: the sweep read a recent last
+    # sweep, then keys that had expired in the older copy (and its older last sweep).
+    workers = [connected_worker() for _ in range(2)]
+    store.note_sweep(time.time())
+    read = store.alive
+
+    def restored_meanwhile(worker_ids: list[int]) -> set[int]:
+        store.note_sweep(time.time() - 8)
+        for worker in workers:
+            store.forget(worker.pk)
+        return read(worker_ids)
+
+    monkeypatch.setattr(store, "alive", restored_meanwhile)
+
+    assert sweeps.sweep_heartbeats(store=store) == 0
+    monkeypatch.setattr(store, "alive", read)
+    assert {status(w) for w in workers} == {S.CONNECTED}
+    assert store.alive([w.pk for w in workers]) == {w.pk for w in workers}  # fresh grace
+    # After that grace, silence counts again.
+    store.forget(workers[0].pk)
+    assert sweeps.sweep_heartbeats(store=store) == 1
