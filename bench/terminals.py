@@ -95,13 +95,15 @@ def _agents(count: int, url: str) -> list[SignedAgent]:
     return agents
 
 
-def _paced(rate: float, duration: float, act: Callable[[], None]) -> None:
+def _paced(rate: float, duration: float, act: Callable[[float], None]) -> None:
+    """``act(due)`` at ``rate`` a second (open loop): each is timed from when it was due, so a
+    stall delays and counts against every call behind it."""
     start = time.perf_counter()
     sent = 0
     while time.perf_counter() - start < duration:
         due = start + sent / rate
         time.sleep(max(0.0, due - time.perf_counter()))
-        act()
+        act(due)
         sent += 1
 
 
@@ -118,13 +120,12 @@ def _measure(
         turn = 0
         with httpx.Client(base_url=platform.agent_url, timeout=30) as client:
 
-            def beat() -> None:
+            def beat(due: float) -> None:
                 nonlocal turn
                 agent = mine[turn % len(mine)]
                 turn += 1
-                started = time.perf_counter()
                 answer = agent.post(client, "/agent/v1/heartbeat")
-                took = time.perf_counter() - started
+                took = time.perf_counter() - due
                 with lock:
                     beats.append(took)
                     errors["beat"] += answer.status_code != 200
@@ -135,10 +136,9 @@ def _measure(
         headers = {"Authorization": f"Bearer {key}"}
         with httpx.Client(base_url=platform.url, headers=headers, timeout=30) as client:
 
-            def listing() -> None:
-                started = time.perf_counter()
+            def listing(due: float) -> None:
                 answer = client.get("/api/workers/")
-                took = time.perf_counter() - started
+                took = time.perf_counter() - due
                 api.append(took)
                 errors["api"] += answer.status_code != 200
 
@@ -159,6 +159,10 @@ class Terminals:
         self.key = key
         self.holder: subprocess.Popen[str] | None = None
         self.lines = 0
+        # Terminal-seconds open: each terminal prints a line a second.
+        self.expected = 0.0
+        self.opened_at = 0.0
+        self.count = 0
 
     def open(self, count: int) -> float:
         started = time.perf_counter()
@@ -174,13 +178,15 @@ class Terminals:
         if said != "ready":
             self.close()
             raise HarnessError(f"the terminals did not all start: {said}")
-        return time.perf_counter() - started
+        self.opened_at, self.count = time.perf_counter(), count
+        return self.opened_at - started
 
     def close(self) -> None:
         if self.holder is None:
             return
         said, _ = self.holder.communicate("", timeout=60)
         self.lines += int(said.strip() or 0) if said.strip().isdigit() else 0
+        self.expected += self.count * (time.perf_counter() - self.opened_at)
         self.holder = None
 
 
@@ -236,13 +242,13 @@ def run(
                 if count:
                     shells.close()
                     time.sleep(2)
-        lines = shells.lines
+        lines, expected = shells.lines, shells.expected
     finally:
         if shells is not None:
             shells.close()
         end_run(platform, target, names)
         ApiKey.objects.filter(user=owner).delete()
-    return _outcome(results, terminals, beat_rate, duration, opened, lines)
+    return _outcome(results, terminals, beat_rate, duration, opened, lines, expected)
 
 
 def _outcome(
@@ -252,6 +258,7 @@ def _outcome(
     duration: float,
     opened: float,
     lines: int,
+    expected: float,
 ) -> Outcome:
     table = Table(
         f"Terminals: heartbeats and API with {terminals} terminals open vs none",
@@ -280,11 +287,20 @@ def _outcome(
         f"200 agents with real secrets to the agents' server, and GET /api/workers/ at "
         f"{API_RATE:g}/s to the web server (uvicorn, 2 workers, as scripts/start.sh web).",
         f"terminals: PTYs in one real job (`srun --overlap --pty`), each printing a line a "
-        f"second; {terminals} opened in {opened:.1f} s, {lines:,} lines read in all.",
+        f"second; {terminals} opened in {opened:.1f} s, {lines:,} lines read in all "
+        f"(about {expected:,.0f} printed while they were open).",
+        "beats and API calls are sent at a steady rate and each is timed from when it was due "
+        "(a stall counts against every call behind it).",
         "machine: 2 cores of a shared VM; the load generator runs on the same cores.",
     ]
     errors = sum(r.beat_errors + r.api_errors for r in results)
     goals = [
+        Goal(
+            NAME,
+            "the terminals' output flowed: >= 80% of the lines printed were read",
+            f"{lines:,} of about {expected:,.0f}",
+            lines >= 0.8 * expected > 0,
+        ),
         Goal(
             NAME,
             f"heartbeat p99 with {terminals} terminals within 20% of without",

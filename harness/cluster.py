@@ -56,18 +56,22 @@ class SshTarget:
 
     # -- commands ---------------------------------------------------------------------------
 
-    def ssh_argv(self, *remote: str) -> list[str]:
-        """The real OpenSSH client, a new connection each time (no multiplexing)."""
+    def ssh_argv(self, *remote: str, control_dir: Path | None = None) -> list[str]:
+        """The real OpenSSH client: a new connection each time, or with ``control_dir`` one
+        master connection its sockets live in, shared by every call (ControlMaster=auto, as a
+        careful user configures it; `close_master` ends it)."""
         options = {
             "UserKnownHostsFile": str(KNOWN_HOSTS),
             "GlobalKnownHostsFile": "/dev/null",
             "StrictHostKeyChecking": "yes",
             "BatchMode": "yes",
             "IdentitiesOnly": "yes",
-            "ControlMaster": "no",
-            "ControlPath": "none",
+            "ControlMaster": "no" if control_dir is None else "auto",
+            "ControlPath": "none" if control_dir is None else f"{control_dir}/%C",
             "LogLevel": "ERROR",
         }
+        if control_dir is not None:
+            options["ControlPersist"] = "60"
         argv = ["ssh", "-i", self.key_path, "-p", str(self.port)]
         for name, value in options.items():
             argv += ["-o", f"{name}={value}"]
@@ -119,6 +123,10 @@ class SshTarget:
                 for name in names
             ]
         )
+
+    def close_master(self, control_dir: Path) -> None:
+        argv = self.ssh_argv(control_dir=control_dir)
+        subprocess.run([argv[0], "-O", "exit", *argv[1:]], capture_output=True, check=False)
 
     def sbatch_locally(self, commands: list[str]) -> list[str]:
         """Run `sbatch --parsable` command lines as the account, in one local shell: the job
