@@ -204,6 +204,8 @@ def test_a_desktop_on_an_environment_opens_in_the_browser_survives_a_web_restart
 
     # When: she opens its URL in the browser.
     page = logged_in_page(chromium, session_platform, "alice")
+    vnc_sockets: list[str] = []
+    page.on("websocket", lambda ws: "websockify" in ws.url and vnc_sockets.append(ws.url))
     page.goto(session["url"])
     showing(page, session_platform, "desktop-1-open")
     time.sleep(1)
@@ -224,10 +226,14 @@ def test_a_desktop_on_an_environment_opens_in_the_browser_survives_a_web_restart
 
     # When: the web server restarts while the desktop is open.
     pid_before = Session.objects.get(public_id=session["id"]).node_pid
+    sockets_before, tunnels_before = len(vnc_sockets), session_platform.log_count("tunnel to")
+    assert sockets_before >= 1
     session_platform.stop("web")
     session_platform.start_web()
-    # Then: the page reconnects by itself and shows the same desktop.
-    time.sleep(3)
+    # Then: the page opens a new VNC socket by itself (the new server tunnels to the same
+    # program) and shows the same desktop.
+    wait_for(lambda: len(vnc_sockets) > sockets_before, timeout=60)
+    wait_for(lambda: session_platform.log_count("tunnel to") > tunnels_before, timeout=60)
     showing(page, session_platform, "desktop-2-after-web-restart")
     shot(page, "desktop-2-after-web-restart")
     after = Session.objects.get(public_id=session["id"])
