@@ -297,6 +297,8 @@ def test_a_list_page_takes_the_same_queries_however_many_workers(
             environment=compute_env,
             name=f"w{i}",
             params={"account": "p"},
+            # Statuses mixed: connected ones are looked at for idleness, once for the page.
+            status=("pending", "connected", "queued")[i % 3],
         )
         for i in range(count)
     )
@@ -306,8 +308,9 @@ def test_a_list_page_takes_the_same_queries_however_many_workers(
         response = api.get("/api/workers/")
 
     assert response.json()["count"] == count
-    # The key with its user, the count, the page with cluster and environment joined.
-    assert len(queries) == 3, [q["sql"] for q in queries.captured_queries]
+    # The key with its user, the count, the page with cluster and environment joined, and the
+    # terminals open on the page's connected workers.
+    assert len(queries) == 4, [q["sql"] for q in queries.captured_queries]
 
 
 # Delete

@@ -21,6 +21,7 @@ from workers_app.models import (
     WorkerEvent,
 )
 from workers_app.services import BULK_MAX, NAME_MAX
+from workers_app.statuses import WorkerStatus
 
 
 class ErrorSerializer(serializers.Serializer[None]):
@@ -195,9 +196,13 @@ class WorkerSerializer(serializers.ModelSerializer[Worker]):
         read_only_fields = fields
 
     def _idleness(self, worker: Worker) -> idle.Idleness | None:
+        """Read for the whole list at once (WorkerListSerializer); a worker alone, here."""
+        if worker.status != WorkerStatus.CONNECTED:
+            return None
         found = self.idleness
         if found is None or worker.pk not in found:
-            found = self.idleness = idle.idleness_of([worker])
+            found = {**(found or {}), **idle.idleness_of([worker])}
+            self.idleness = found
         state: idle.Idleness | None = found.get(worker.pk)
         return state
 
