@@ -232,7 +232,8 @@ def test_a_desktop_on_an_environment_opens_in_the_browser_survives_a_web_restart
     session_platform.start_web()
     # Then: the page opens a new VNC socket by itself (the new server tunnels to the same
     # program) and shows the same desktop.
-    wait_for(lambda: len(vnc_sockets) > sockets_before, timeout=60)
+    # (Playwright hands the page's events over only while it is called: the wait pumps them.)
+    wait_for(lambda: page.wait_for_timeout(200) or len(vnc_sockets) > sockets_before, timeout=60)
     wait_for(lambda: session_platform.log_count("tunnel to") > tunnels_before, timeout=60)
     showing(page, session_platform, "desktop-2-after-web-restart")
     shot(page, "desktop-2-after-web-restart")
