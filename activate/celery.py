@@ -5,15 +5,13 @@ import os
 from celery import Celery
 from celery.signals import worker_ready
 
+from activate import watchdog
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "activate.settings.dev")
 
 app = Celery("activate")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-
-@worker_ready.connect
-def _watch_consumer(sender: object, **kwargs: object) -> None:
-    from activate import watchdog
-
-    watchdog.start(sender, **kwargs)
+# A worker whose consumer is stuck after a broker outage exits, to be started again.
+worker_ready.connect(watchdog.start, weak=False, dispatch_uid="consumer-watchdog")

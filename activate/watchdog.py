@@ -58,3 +58,4 @@ def start(sender: Any, **kwargs: Any) -> None:
     threading.Thread(
         target=watch, args=(app, hostname), name="consumer-watchdog", daemon=True
     ).start()
+    log.info("watching that worker %s answers through the broker", hostname)
