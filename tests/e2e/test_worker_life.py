@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.live]
 
 HEARTBEAT_TIMEOUT = float(FAST_KNOBS["ACTIVATE_HEARTBEAT_TIMEOUT"])
 SWEEP_INTERVAL = float(FAST_KNOBS["ACTIVATE_SWEEP_INTERVAL"])
+SWEEP_START = 0.25
 
 
 def status_of(worker: Worker) -> str:
@@ -68,9 +69,11 @@ def test_a_worker_connects_and_a_silent_node_is_stopped_within_the_heartbeat_tim
     wait_status(worker, {S.STOPPED, S.ERROR}, HEARTBEAT_TIMEOUT + 20, platform)
     assert (worker.status, worker.status_reason) == (S.STOPPED, "Worker disconnected")
     # Timed by the stop's own event: never before its heartbeat key expired (the timeout after
-    # its last beat), and within one sweep after (the README's promise).
+    # its last beat), and within one sweep after (the README's promise), give or take the sweep
+    # task's start (beat publishes it, a Celery process takes it: a CI run saw 17 ms).
     stopped = worker.events.get(new_status=S.STOPPED).at.timestamp()
-    assert expires_at - 0.05 <= stopped <= expires_at + SWEEP_INTERVAL, stopped - expires_at
+    late = stopped - expires_at
+    assert -0.05 <= late <= SWEEP_INTERVAL + SWEEP_START, late
     wait_for(lambda: worker.job_name not in squeue_names(ssh_target), timeout=30)
 
 
