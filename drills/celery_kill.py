@@ -46,14 +46,15 @@ def run(target: SshTarget, *, kills: int = 8, burst: int = 6) -> DrillResult:
         missed = 0
         # A kill counts when it landed: the process it killed held a submission's lock (between
         # the name lookup, sbatch and recording) a moment before. A round whose submissions
-        # ended first is a miss and is tried again, up to as many times as kills are asked.
-        while sum(kinds.values()) < kills and missed <= kills:
+        # ended first is a miss and is tried again, up to three times as many as kills asked.
+        while sum(kinds.values()) < kills and missed <= 3 * kills:
             whole = sum(kinds.values()) % 2 == 0
             # Every other burst is one bulk request: its workers are submitted as one batch.
             made = drill.request(HELD_ENVIRONMENT, burst, bulk=not whole)
             ids = {w.pk for w in made}
             wait_until(_submitting(ids), timeout=30, interval=0.005)
-            pause(chooser.uniform(0, 0.1))
+            # A submission holds its lock some tens of milliseconds: kill within that.
+            pause(chooser.uniform(0, 0.01))
             children = platform.child_pids("worker")
             holders = {
                 worker: pid
