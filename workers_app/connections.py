@@ -1,4 +1,6 @@
-"""Which SSH connection serves whom: one per (cluster, account) and process.
+"""Which SSH connection serves whom: one per (cluster, account) and process, and one more
+while all of its channels are taken (a shared account's commands never queue behind other
+users' long ones).
 
 A user's commands go over their own cluster account; the cluster's own account serves probes
 and the workers of a shared cluster. Connections open on first use, close after
@@ -11,6 +13,7 @@ opens is built here.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import socket
 import threading
@@ -30,10 +33,11 @@ from workers_app.transport.errors import SSHError
 from workers_app.transport.streams import PtySize, Stream
 
 ConnectionKey = tuple[int, int]  # (cluster id, account id or 0 for the cluster's own)
+CommandKey = tuple[int, int, int]  # a ConnectionKey and which of that login's connections
 # Each process publishes how many connections it holds, so operators see the sum (/health/).
 COUNT_KEY_PREFIX = "activate:ssh-connections:"
 
-_connections: dict[ConnectionKey, tuple[tuple[str, ...], SSHConnection]] = {}
+_connections: dict[CommandKey, tuple[tuple[str, ...], SSHConnection]] = {}
 # Terminals get connections of their own, a few streams each (sshd's MaxSessions is 10 by
 # default), closed with their last stream: an open shell never competes with the polls.
 _stream_connections: dict[ConnectionKey, dict[SSHConnection, int]] = {}
@@ -85,21 +89,29 @@ def new_connection(
 
 
 def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> SSHConnection:
-    """The process-wide connection to ``cluster`` as ``account`` (None: the cluster's own)."""
-    key: ConnectionKey = (cluster.pk, account.pk if account is not None else 0)
+    """The process-wide connection to ``cluster`` as ``account`` (None: the cluster's own):
+    the first of that login's with a channel free, a new one when all are taken."""
+    login: ConnectionKey = (cluster.pk, account.pk if account is not None else 0)
     secret = account.private_key_encrypted if account else cluster.private_key_encrypted
     user = account.remote_username if account else cluster.username
     fingerprint = _fingerprint(cluster.host, cluster.port, cluster.host_key, user, secret)
     stale: list[SSHConnection] = []
     with _lock:
-        found = _connections.get(key)
-        if found is not None and found[0] == fingerprint:
-            return found[1]
-        if found is not None:
-            stale.append(found[1])
-        connection = new_connection(cluster, account)
-        _connections[key] = (fingerprint, connection)
-        stale += _evict_locked(keep=key)
+        chosen: CommandKey | None = None
+        for key in sorted(k for k in _connections if k[:2] == login):
+            held_fingerprint, held_connection = _connections[key]
+            if held_fingerprint != fingerprint:
+                stale.append(_connections.pop(key)[1])
+            elif chosen is None and not held_connection.channels_taken:
+                chosen = key
+        if chosen is not None and not stale:
+            return _connections[chosen][1]
+        if chosen is None:
+            taken = {k[2] for k in _connections if k[:2] == login}
+            chosen = (*login, next(n for n in itertools.count() if n not in taken))
+            _connections[chosen] = (fingerprint, new_connection(cluster, account))
+        connection = _connections[chosen][1]
+        stale += _evict_locked(keep=chosen)
         held = len(_connections)
     for old in stale:
         old.close()
@@ -156,7 +168,7 @@ def _stream_closed(key: ConnectionKey, connection: SSHConnection) -> None:
     connection.close()
 
 
-def _evict_locked(*, keep: ConnectionKey) -> list[SSHConnection]:
+def _evict_locked(*, keep: CommandKey) -> list[SSHConnection]:
     now = time.monotonic()
     idle = sorted(
         (conn.last_used, key)
@@ -174,7 +186,7 @@ def _evict_locked(*, keep: ConnectionKey) -> list[SSHConnection]:
 def close_idle_connections() -> int:
     """Close connections idle past the limit; returns how many were closed."""
     with _lock:
-        evicted = _evict_locked(keep=(0, 0))
+        evicted = _evict_locked(keep=(0, 0, -1))
         held = len(_connections)
     for connection in evicted:
         connection.close()

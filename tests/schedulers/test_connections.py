@@ -1,8 +1,10 @@
-"""Which SSH connection serves whom: one per (cluster, account) and process."""
+"""Which SSH connection serves whom: one per (cluster, account) and process, another while its
+channels are all taken."""
 
 from __future__ import annotations
 
 import ast
+import threading
 import time
 
 import pytest
@@ -122,3 +124,34 @@ def test_a_connection_of_its_own_is_not_the_shared_one(make_cluster, user, ssh_t
     finally:
         own.close()
     assert own is not shared and shared.connects == 0
+
+
+def test_a_login_whose_channels_are_all_taken_gets_another_connection(
+    make_cluster, settings
+) -> None:
+    # Commands of many users over a shared account: one user's long ones never make another's
+    # wait for a channel.
+    settings.ACTIVATE_SSH_MAX_CHANNELS = 1
+    cluster = make_cluster()
+    first = connection_for(cluster)
+    long = threading.Thread(target=first.run, args=(["sleep", "3"],))
+    long.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not first.channels_taken and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert first.channels_taken
+        second = connection_for(cluster)
+        assert second is not first
+        started = time.monotonic()
+        assert second.run(["true"]).exit_status == 0
+        assert time.monotonic() - started < 2  # not behind the sleep
+        assert long.is_alive()
+    finally:
+        long.join()
+    # Both free again: the first is the one handed out, the other closes when idle.
+    assert not first.channels_taken
+    assert connection_for(cluster) is first
+    settings.ACTIVATE_SSH_IDLE_TIMEOUT = 0.05
+    time.sleep(0.1)
+    assert close_idle_connections() == 2

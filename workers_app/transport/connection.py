@@ -177,6 +177,8 @@ class SSHConnection:
         self.connects = 0
         self.in_use = 0
         self.streams = 0
+        # Commands holding or waiting for a channel slot.
+        self.commands = 0
         self.last_used = time.monotonic()
 
     def __repr__(self) -> str:
@@ -364,6 +366,7 @@ class SSHConnection:
         deadline = time.monotonic() + limit
         with self._count_lock:
             self.in_use += 1
+            self.commands += 1
         try:
             if not self._slots.acquire(timeout=limit):
                 raise CommandTimeout(f"all {self.max_channels} channels to {self.host} stayed busy")
@@ -386,7 +389,13 @@ class SSHConnection:
         finally:
             with self._count_lock:
                 self.in_use -= 1
+                self.commands -= 1
                 self.last_used = time.monotonic()
+
+    @property
+    def channels_taken(self) -> bool:
+        """Every command slot is held or asked for: a command now would wait."""
+        return self.commands >= self.max_channels
 
     def _command_started(self) -> None:
         with self._count_lock:
