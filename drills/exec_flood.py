@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 NAME = "50 long commands and an API flood, agents beating"
 # The API stays answering while commands run (they have threads of their own).
 API_P95, API_WORST = 0.2, 1.0
+# Requests this slow are listed with when they were sent, to tell a burst from a stall.
+SLOW = 0.25
 
 
 @dataclass
@@ -106,22 +108,25 @@ def _flood(
     key: str,
     go: EventType,
     stop: EventType,
-    results: Queue[tuple[dict[str, int], list[float]]],
+    results: Queue[tuple[dict[str, int], list[float], list[tuple[float, float]]]],
 ) -> None:
     """GET /api/workers/ in a loop from ``go`` until ``stop`` (a process of its own), each
-    timed."""
+    timed; the slow ones also with when they were sent (wall clock)."""
     codes: Counter[str] = Counter()
     took: list[float] = []
+    slow: list[tuple[float, float]] = []
     go.wait()
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
         while not stop.is_set():
-            started = time.monotonic()
+            sent, started = time.time(), time.monotonic()
             try:
                 codes[str(api.get("/api/workers/").status_code)] += 1
                 took.append(time.monotonic() - started)
+                if took[-1] >= SLOW:
+                    slow.append((sent, took[-1]))
             except httpx.HTTPError as exc:
                 codes[type(exc).__name__] += 1
-    results.put((dict(codes), took))
+    results.put((dict(codes), took, slow))
 
 
 def _exec(url: str, key: str, worker: str, seconds: int) -> tuple[int, float]:
@@ -135,6 +140,13 @@ def _exec(url: str, key: str, worker: str, seconds: int) -> tuple[int, float]:
         except httpx.HTTPError:
             code = 0
     return code, time.monotonic() - started
+
+
+def _slow_text(slow: list[tuple[float, float]], began: float) -> str:
+    if not slow:
+        return f"none took {SLOW:g} s"
+    listed = ", ".join(f"{took:.2f} s sent at +{sent - began:.1f} s" for sent, took in sorted(slow))
+    return f"{len(slow)} took {SLOW:g} s or more: {listed}"
 
 
 def run(
@@ -191,7 +203,9 @@ def run(
             # (a fork amid threads may copy a lock some thread holds), and wait to be let go.
             context = multiprocessing.get_context("fork")
             flood_go, flood_stop = context.Event(), context.Event()
-            results: Queue[tuple[dict[str, int], list[float]]] = context.Queue()
+            results: Queue[tuple[dict[str, int], list[float], list[tuple[float, float]]]] = (
+                context.Queue()
+            )
             floods = [
                 context.Process(
                     target=_flood, args=(platform.url, drill.key, flood_go, flood_stop, results)
@@ -202,6 +216,7 @@ def run(
             probes: list[threading.Thread] = []
             flood_codes: Counter[str] = Counter()
             listing = Timings()
+            slow: list[tuple[float, float]] = []
             frozen: list[int] = []
             try:
                 for public_id in agents:
@@ -239,7 +254,7 @@ def run(
                 for probe in probes:
                     probe.start()
                 flood_go.set()
-                loaded = time.monotonic()
+                loaded, loaded_at = time.monotonic(), time.time()
                 with ThreadPoolExecutor(max_workers=commands) as pool:
                     futures = []
                     for i in range(commands):
@@ -252,9 +267,10 @@ def run(
                 flood_stop.set()
                 for _ in floods:
                     try:
-                        codes_seen, took = results.get(timeout=60)
+                        codes_seen, took, slow_seen = results.get(timeout=60)
                         flood_codes.update(codes_seen)
                         listing.latencies += took
+                        slow += slow_seen
                     except queue.Empty:
                         flood_codes["no report"] += 1
             finally:
@@ -276,6 +292,12 @@ def run(
                 f"commands answered {dict(codes)} (only 200 and 429 expected)",
             )
             drill.check(bool(ran), "no command ran")
+            # Many users' commands over one shared account: none waits for another's to end.
+            drill.check(
+                max(ran, default=0) < seconds * 1.5,
+                f"a command waited behind others: `sleep {seconds}` took "
+                f"{max(ran, default=0):.1f} s",
+            )
             drill.check(
                 "no report" not in flood_codes and flood_codes.get("200", 0) > 0,
                 f"the API flood did not run through: {dict(flood_codes)}",
@@ -284,7 +306,7 @@ def run(
                 listing.p(0.95) < API_P95 and max(listing.latencies, default=0) < API_WORST,
                 f"GET /api/workers/ during the commands: {listing.summary()}, p95 "
                 f"{listing.p(0.95) * 1000:.0f} ms (bounds: p95 {API_P95 * 1000:.0f} ms, none over "
-                f"{API_WORST:g} s)",
+                f"{API_WORST:g} s; {_slow_text(slow, loaded_at)})",
             )
             drill.check(not beats.failures, f"beats failed under load: {dict(beats.failures)}")
             drill.check(
@@ -304,7 +326,8 @@ def run(
                 f"(ACTIVATE_EXEC_PER_USER per user), those that ran took "
                 f"{min(ran) if ran else 0:.1f}-{max(ran) if ran else 0:.1f} s; {flooders} "
                 f"processes sent {flood_total} GET /api/workers/ in {load_for:.0f} s "
-                f"({dict(flood_codes)}: {listing.summary()}, p95 {listing.p(0.95) * 1000:.0f} ms); "
+                f"({dict(flood_codes)}: {listing.summary()}, p95 {listing.p(0.95) * 1000:.0f} ms; "
+                f"{_slow_text(slow, loaded_at)}); "
                 f"beats to {served} ({beat_url}) one a second per worker: "
                 f"quiet {baseline.summary()}; under load {beats.summary()}; agents' ping under "
                 f"load {pings.summary()}; the web server as start.sh runs it (its shipped "
