@@ -354,7 +354,7 @@ def _start_ours(platform: Platform, workers: int, secret_key: str) -> subprocess
             "ACTIVATE_AGENT_PLAIN_HTTP": "true",
         }
     )
-    process = platform._spawn("agents", ["bash", str(START), "agents"], environ)
+    process = platform._spawn("agents", ["bash", str(START), "agents"], environ, "start.sh agents")
     platform._ready(platform._agents_answer, "the agents' server did not answer")
     return process
 

@@ -48,6 +48,7 @@ PRODUCTION_KNOBS = {
     "ACTIVATE_SWEEP_INTERVAL": "10",
     "ACTIVATE_POLL_INTERVAL": "30",
     "ACTIVATE_PROBE_INTERVAL": "300",
+    "ACTIVATE_RECONCILE_INTERVAL": "300",
     "ACTIVATE_SUBMIT_LEASE": "60",
     "ACTIVATE_TASK_VISIBILITY_TIMEOUT": "600",
 }
@@ -56,6 +57,52 @@ PRODUCTION_KNOBS = {
 # and drills push it out of the way so that they show the direct paths (cancel on delete,
 # adoption on retry) holding on their own, not the net catching what they dropped.
 NO_RECONCILE = {"ACTIVATE_RECONCILE_INTERVAL": "86400"}
+
+
+# What each run started, by process name, as said after it ended (harness/runner.py): the
+# processes `make run` runs or not, and the settings that differ from the shipped ones.
+_started: dict[str, str] = {}
+
+
+def started_processes() -> list[str]:
+    """What was started since the last call (one line a process), forgotten once read."""
+    lines = [f"{name}: {how}" for name, how in _started.items()]
+    _started.clear()
+    return lines
+
+
+def settings_said(environ: dict[str, str]) -> str:
+    """The settings module, and each knob that differs from the README's defaults."""
+    module = environ.get("DJANGO_SETTINGS_MODULE", "activate.settings.dev").rsplit(".", 1)[-1]
+    changed = [
+        f"{name}={environ[name]}"
+        + (f" (shipped {PRODUCTION_KNOBS[name]})" if name in PRODUCTION_KNOBS else "")
+        for name in sorted(environ)
+        if name.startswith("ACTIVATE_")
+        and name not in PLACES
+        and environ[name] != PRODUCTION_KNOBS.get(name)
+    ]
+    said = f"{module} settings{MODULES.get(module, '')}"
+    return said + (f", {', '.join(changed)}" if changed else "")
+
+
+MODULES = {
+    "test": " (the shipped ones but for a fixed secret key, MD5 password hashing and no hearing "
+    "probe unless set)",
+}
+
+
+# Where things are, not how they behave: not worth saying.
+PLACES = {
+    "ACTIVATE_INSTALLATION_ID",
+    "ACTIVATE_PUBLIC_URL",
+    "ACTIVATE_BIND",
+    "ACTIVATE_AGENT_URL",
+    "ACTIVATE_AGENT_BIND",
+    "ACTIVATE_LOG_LEVEL",
+    "ACTIVATE_BEAT_SCHEDULE_FILE",
+    "ACTIVATE_ALLOWED_HOSTS",
+}
 
 
 def free_port() -> int:
@@ -125,7 +172,11 @@ class Platform:
         """
         argv = [str(BIN / "uvicorn"), "activate.asgi:application", "--host", "127.0.0.1"]
         argv += ["--port", str(self.port), "--workers", str(workers), "--lifespan", "off"]
-        process = self._spawn(name, argv, self.env())
+        how = (
+            f"uvicorn activate.asgi:application, {workers} processes, not through start.sh "
+            "(no migrate, collectstatic, proxy headers or WebSocket pings)"
+        )
+        process = self._spawn(name, argv, self.env(), how)
         self._ready(self._web_answers, "the web server did not answer")
         return process
 
@@ -154,13 +205,17 @@ class Platform:
             environ["ACTIVATE_WEB_WORKERS"] = str(workers)
         if threads is not None:
             environ["ACTIVATE_WEB_THREADS"] = str(threads)
-        process = self._spawn(name, ["bash", str(START), "web"], environ)
+        how = (
+            f"scripts/start.sh web, {environ.get('ACTIVATE_WEB_WORKERS', 'its shipped')} "
+            f"processes of {environ.get('ACTIVATE_WEB_THREADS', 'its shipped')} threads"
+        )
+        process = self._spawn(name, ["bash", str(START), "web"], environ, how)
         self._ready(self._web_answers, "the web server did not answer")
         return process
 
     def start_agents(self, name: str = "agents") -> subprocess.Popen[bytes]:
         """The agents' server as `scripts/start.sh agents` runs it, once its ping answers."""
-        process = self._spawn(name, ["bash", str(START), "agents"], self.env())
+        process = self._spawn(name, ["bash", str(START), "agents"], self.env(), "start.sh agents")
         self._ready(self._agents_answer, "the agents' server did not answer")
         return process
 
@@ -168,7 +223,7 @@ class Platform:
         """A Celery worker, returned once it consumes tasks."""
         log_path = self.workdir / f"{name}.log"
         offset = log_path.stat().st_size if log_path.exists() else 0
-        process = self._spawn(name, ["bash", str(START), "worker"], self.env())
+        process = self._spawn(name, ["bash", str(START), "worker"], self.env(), "start.sh worker")
         self._ready(
             lambda: b" ready." in _tail(log_path, offset), "the Celery worker did not get ready"
         )
@@ -178,11 +233,11 @@ class Platform:
         # Each beat process keeps its own schedule file, as two separate deployments would.
         environ = self.env()
         environ["ACTIVATE_BEAT_SCHEDULE_FILE"] = str(self.workdir / f"{name}-schedule")
-        return self._spawn(name, ["bash", str(START), "beat"], environ)
+        return self._spawn(name, ["bash", str(START), "beat"], environ, "start.sh beat")
 
     def start_relays(self, name: str = "relays") -> subprocess.Popen[bytes]:
         """`scripts/start.sh relays`: keeps the relays of via-login-host clusters."""
-        return self._spawn(name, ["bash", str(START), "relays"], self.env())
+        return self._spawn(name, ["bash", str(START), "relays"], self.env(), "start.sh relays")
 
     def start_all(self) -> None:
         """Web server, agents' server, Celery worker and beat (and the relays' keeper if asked);
@@ -208,8 +263,9 @@ class Platform:
             self.stop_all()
 
     def _spawn(
-        self, name: str, argv: list[str], environ: dict[str, str]
+        self, name: str, argv: list[str], environ: dict[str, str], how: str
     ) -> subprocess.Popen[bytes]:
+        _started[name] = f"{how}; {settings_said(environ)}"
         with (self.workdir / f"{name}.log").open("ab") as log:
             process = subprocess.Popen(
                 argv,

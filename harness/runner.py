@@ -22,6 +22,7 @@ from typing import ClassVar, Generic, TypeVar
 from harness import HarnessError
 from harness.cluster import SshTarget
 from harness.django_setup import prepare_django
+from harness.platform import started_processes
 from harness.report import Table, machine_table, write_section
 
 R = TypeVar("R")
@@ -117,6 +118,8 @@ def run(suite: Suite[R], argv: list[str] | None = None) -> int:
             result = stand_in
         results.append(result)
         suite.show(name, result, time.monotonic() - began)
+        for line in started_processes():
+            print(f"   ran {line}", flush=True)
     conclusion = suite.conclude(results, failed, time.monotonic() - started)
     for table in conclusion.tables:
         print(f"\n{table.render()}")

@@ -1,0 +1,32 @@
+"""Each drill and benchmark says what it ran: the processes, and the settings that differ from
+the shipped ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.platform import PRODUCTION_KNOBS, Platform, settings_said, started_processes
+
+
+def test_settings_said_names_each_knob_that_differs_from_the_shipped_one(tmp_path: Path) -> None:
+    said = settings_said(Platform(workdir=tmp_path, knobs={"ACTIVATE_EXEC_THREADS": "4"}).env())
+    assert said.startswith("test settings (the shipped ones but for a fixed secret key")
+    assert "ACTIVATE_HEARTBEAT_TIMEOUT=6 (shipped 120)" in said
+    assert "ACTIVATE_EXEC_THREADS=4" in said
+    # Where things listen is not a setting of behaviour.
+    assert "ACTIVATE_BIND" not in said and "ACTIVATE_PUBLIC_URL" not in said
+
+
+def test_the_shipped_knobs_are_not_listed(tmp_path: Path) -> None:
+    environ = Platform(workdir=tmp_path, knobs=dict(PRODUCTION_KNOBS)).env()
+    environ["DJANGO_SETTINGS_MODULE"] = "activate.settings.prod"
+    assert settings_said(environ) == "prod settings"
+
+
+def test_what_a_run_started_is_said_once(tmp_path: Path) -> None:
+    platform = Platform(workdir=tmp_path)
+    platform._spawn("worker", ["true"], platform.env(), "start.sh worker")
+    platform.processes["worker"].wait()
+    lines = started_processes()
+    assert len(lines) == 1 and lines[0].startswith("worker: start.sh worker; test settings")
+    assert started_processes() == []
