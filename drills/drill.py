@@ -74,6 +74,7 @@ class Drill:
             workdir=Path(tempfile.mkdtemp(prefix=f"drill-{name}-")),
             knobs={**NO_RECONCILE, **(knobs or {})},
             redis_url=redis_url,
+            web_as_shipped=True,
         )
         self.result = DrillResult(title or name, 0)
 

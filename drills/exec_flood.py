@@ -170,11 +170,9 @@ def run(
         owned: list[tuple[str, Worker]] = []
         try:
             platform = drill.platform
+            # The web server as `make run` runs it: start.sh, its processes and threads (as in
+            # every drill).
             platform.start_all()
-            # The web server as `make run` runs it: start.sh, its processes and threads (the
-            # test settings: their key decrypts the cluster's).
-            platform.stop("web")
-            platform.start_deployed_web(production=False)
             queued = drill.request(HELD_ENVIRONMENT, 2)
             for key in keys:
                 with platform.api(key) as api:

@@ -129,6 +129,9 @@ class Platform:
     agent_host: str = "127.0.0.1"
     # Also run `scripts/start.sh relays` (clusters whose agents go via the login host).
     relays: bool = False
+    # The web server as `scripts/start.sh web` runs it, with its shipped processes and threads
+    # (drills), instead of uvicorn started directly (tests: no migrate or collectstatic).
+    web_as_shipped: bool = False
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -167,9 +170,11 @@ class Platform:
     def start_web(self, name: str = "web", *, workers: int = 2) -> subprocess.Popen[bytes]:
         """The ASGI web server on the test settings, returned once /health/ answers.
 
-        Not through start.sh: that migrates and collects static files, which the test database
-        does not need.
+        Not through start.sh unless ``web_as_shipped``: that migrates and collects static
+        files, which the test database does not need.
         """
+        if self.web_as_shipped:
+            return self.start_deployed_web(name=name, production=False)
         argv = [str(BIN / "uvicorn"), "activate.asgi:application", "--host", "127.0.0.1"]
         argv += ["--port", str(self.port), "--workers", str(workers), "--lifespan", "off"]
         how = (
