@@ -61,12 +61,19 @@ NO_RECONCILE = {"ACTIVATE_RECONCILE_INTERVAL": "86400"}
 
 # What each run started, by process name, as said after it ended (harness/runner.py): the
 # processes `make run` runs or not, and the settings that differ from the shipped ones.
-_started: dict[str, str] = {}
+_started: dict[str, tuple[str, str]] = {}
 
 
 def started_processes() -> list[str]:
-    """What was started since the last call (one line a process), forgotten once read."""
-    lines = [f"{name}: {how}" for name, how in _started.items()]
+    """What was started since the last call, a line a process and one for the settings when
+    they all share them; forgotten once read."""
+    shared = len({said for _, said in _started.values()}) == 1
+    lines = [
+        f"ran {name}: {how}" + ("" if shared else f"; {said}")
+        for name, (how, said) in _started.items()
+    ]
+    if shared:
+        lines.append(f"all on {next(iter(_started.values()))[1]}")
     _started.clear()
     return lines
 
@@ -211,8 +218,9 @@ class Platform:
         if threads is not None:
             environ["ACTIVATE_WEB_THREADS"] = str(threads)
         how = (
-            f"scripts/start.sh web, {environ.get('ACTIVATE_WEB_WORKERS', 'its shipped')} "
-            f"processes of {environ.get('ACTIVATE_WEB_THREADS', 'its shipped')} threads"
+            "scripts/start.sh web"
+            + (f", {workers} processes" if workers is not None else ", its shipped processes")
+            + (f" of {threads} threads" if threads is not None else " and threads")
         )
         process = self._spawn(name, ["bash", str(START), "web"], environ, how)
         self._ready(self._web_answers, "the web server did not answer")
@@ -270,7 +278,7 @@ class Platform:
     def _spawn(
         self, name: str, argv: list[str], environ: dict[str, str], how: str
     ) -> subprocess.Popen[bytes]:
-        _started[name] = f"{how}; {settings_said(environ)}"
+        _started[name] = (how, settings_said(environ))
         with (self.workdir / f"{name}.log").open("ab") as log:
             process = subprocess.Popen(
                 argv,

@@ -119,7 +119,7 @@ def run(suite: Suite[R], argv: list[str] | None = None) -> int:
         results.append(result)
         suite.show(name, result, time.monotonic() - began)
         for line in started_processes():
-            print(f"   ran {line}", flush=True)
+            print(f"   {line}", flush=True)
     conclusion = suite.conclude(results, failed, time.monotonic() - started)
     for table in conclusion.tables:
         print(f"\n{table.render()}")

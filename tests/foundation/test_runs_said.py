@@ -27,6 +27,16 @@ def test_what_a_run_started_is_said_once(tmp_path: Path) -> None:
     platform = Platform(workdir=tmp_path)
     platform._spawn("worker", ["true"], platform.env(), "start.sh worker")
     platform.processes["worker"].wait()
+    platform._spawn("beat", ["true"], platform.env(), "start.sh beat")
+    platform.processes["beat"].wait()
     lines = started_processes()
-    assert len(lines) == 1 and lines[0].startswith("worker: start.sh worker; test settings")
+    assert lines[:2] == ["ran worker: start.sh worker", "ran beat: start.sh beat"]
+    assert len(lines) == 3 and lines[2].startswith("all on test settings (")
     assert started_processes() == []
+    environ = {**platform.env(), "ACTIVATE_EXEC_THREADS": "4"}
+    platform._spawn("web", ["true"], environ, "start.sh web")
+    platform._spawn("worker", ["true"], platform.env(), "start.sh worker")
+    for process in platform.processes.values():
+        process.wait()
+    web, worker = started_processes()
+    assert "ACTIVATE_EXEC_THREADS=4" in web and "ACTIVATE_EXEC_THREADS" not in worker
