@@ -44,7 +44,9 @@ def run(target: SshTarget, *, workers: int = 5) -> Outcome:
     # Each death is timed on its own: the breaker that holds a cluster's workers when most go
     # silent in one sweep (the platform's own outage, tested in the drills) stays out of it.
     knobs = {**NO_RECONCILE, "ACTIVATE_BREAKER_MIN_WORKERS": str(workers + 1)}
-    platform = Platform(workdir=Path(tempfile.mkdtemp(prefix="bench-detect-")), knobs=knobs)
+    platform = Platform(
+        workdir=Path(tempfile.mkdtemp(prefix="bench-detect-")), knobs=knobs, web_as_shipped=True
+    )
     interval = float(FAST_KNOBS["ACTIVATE_HEARTBEAT_INTERVAL"])
     timeout = float(FAST_KNOBS["ACTIVATE_HEARTBEAT_TIMEOUT"])
     sweep = float(FAST_KNOBS["ACTIVATE_SWEEP_INTERVAL"])

@@ -191,7 +191,7 @@ def run(target: SshTarget, *, rounds: int = 3, quiet: float = 8.0, uploads: int 
     owner = run_user()
     _, key = ApiKey.issue(owner, name="bench-proxy")
     workdir = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
-    platform = Platform(workdir=workdir, knobs=dict(NO_RECONCILE))
+    platform = Platform(workdir=workdir, knobs=dict(NO_RECONCILE), web_as_shipped=True)
     names: list[str] = []
     results: list[Round] = []
     body, file_size = upload_body()

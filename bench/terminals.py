@@ -210,7 +210,7 @@ def run(
         "ACTIVATE_TERMINALS_PER_USER": str(terminals + 10),
         "ACTIVATE_TERMINAL_IDLE_TIMEOUT": "600",
     }
-    platform = Platform(workdir=workdir, knobs=knobs)
+    platform = Platform(workdir=workdir, knobs=knobs, web_as_shipped=True)
     results: list[Round] = []
     names: list[str] = []
     opened = 0.0

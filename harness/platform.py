@@ -57,6 +57,8 @@ PRODUCTION_KNOBS = {
 # and drills push it out of the way so that they show the direct paths (cancel on delete,
 # adoption on retry) holding on their own, not the net catching what they dropped.
 NO_RECONCILE = {"ACTIVATE_RECONCILE_INTERVAL": "86400"}
+# scripts/start.sh web's processes unless ACTIVATE_WEB_WORKERS says otherwise.
+SHIPPED_WEB_WORKERS = 2
 
 
 # What each run started, by process name, as said after it ended (harness/runner.py): the
@@ -174,14 +176,18 @@ class Platform:
 
     # -- starting ---------------------------------------------------------------------------
 
-    def start_web(self, name: str = "web", *, workers: int = 2) -> subprocess.Popen[bytes]:
-        """The ASGI web server on the test settings, returned once /health/ answers.
+    def start_web(
+        self, name: str = "web", *, workers: int | None = None
+    ) -> subprocess.Popen[bytes]:
+        """The ASGI web server on the test settings (``workers`` processes, None: as shipped),
+        returned once /health/ answers.
 
         Not through start.sh unless ``web_as_shipped``: that migrates and collects static
         files, which the test database does not need.
         """
         if self.web_as_shipped:
-            return self.start_deployed_web(name=name, production=False)
+            return self.start_deployed_web(name=name, workers=workers, production=False)
+        workers = workers or SHIPPED_WEB_WORKERS
         argv = [str(BIN / "uvicorn"), "activate.asgi:application", "--host", "127.0.0.1"]
         argv += ["--port", str(self.port), "--workers", str(workers), "--lifespan", "off"]
         how = (
@@ -219,7 +225,7 @@ class Platform:
             environ["ACTIVATE_WEB_THREADS"] = str(threads)
         how = (
             "scripts/start.sh web"
-            + (f", {workers} processes" if workers is not None else ", its shipped processes")
+            + (f", {workers} process(es)" if workers is not None else ", its shipped processes")
             + (f" of {threads} threads" if threads is not None else " and threads")
         )
         process = self._spawn(name, ["bash", str(START), "web"], environ, how)
