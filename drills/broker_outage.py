@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from drills.drill import HEARING, Drill, DrillResult, now, pause
+from drills.drill import Drill, DrillResult, now, pause
 from drills.servers import RedisServer
 from harness.cluster import SshTarget
 from harness.objects import CLUSTER_NAME, HELD_ENVIRONMENT, run_id
@@ -25,7 +25,7 @@ def run(target: SshTarget, *, factor: float = 3.0, arriving: int = 5) -> DrillRe
     S = WorkerStatus
     server: RedisServer | None = None
     try:
-        with Drill("broker-outage", target, title=NAME, knobs=HEARING) as drill:
+        with Drill("broker-outage", target, title=NAME) as drill:
             server = RedisServer(drill.platform.workdir)
             server.start()
             drill.platform.redis_url = server.url

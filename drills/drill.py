@@ -31,7 +31,7 @@ from harness.platform import NO_RECONCILE, Platform
 from harness.waiting import wait_until
 
 # The test settings switch off the heartbeat sweep's check that agents can reach the platform
-# (tests/ drive sweeps by hand); drills about the platform's own outages need it.
+# (tests/ drive sweeps by hand); every drill runs with it on, as shipped.
 HEARING = {"ACTIVATE_HEARING_PROBE": "true"}
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class Drill:
         _, self.key = ApiKey.issue(self.owner, name=name)
         self.platform = Platform(
             workdir=Path(tempfile.mkdtemp(prefix=f"drill-{name}-")),
-            knobs={**NO_RECONCILE, **(knobs or {})},
+            knobs={**NO_RECONCILE, **HEARING, **(knobs or {})},
             redis_url=redis_url,
             web_as_shipped=True,
         )

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from drills.drill import HEARING, Drill, DrillResult, now
+from drills.drill import Drill, DrillResult, now
 from harness import HarnessError
 from harness.agents import SignedAgent, agent_url, freeze_agent, signed_agent, thaw
 from harness.cluster import SshTarget
@@ -162,7 +162,7 @@ def run(
 
     S = WorkerStatus
     extra = [run_user(f"drill-exec-{i}") for i in range(1, users)]
-    with Drill("exec-flood", target, title=NAME, knobs=HEARING) as drill:
+    with Drill("exec-flood", target, title=NAME) as drill:
         keys = [drill.key]
         for user in extra:
             ApiKey.objects.filter(user=user).delete()

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from drills.drill import HEARING, Drill, DrillResult, now, pause
+from drills.drill import Drill, DrillResult, now, pause
 from drills.servers import PostgresServer, django_on
 from harness.cluster import SshTarget
 from harness.objects import CLUSTER_NAME, HELD_ENVIRONMENT, job_name
@@ -31,7 +31,7 @@ def run(target: SshTarget, *, factor: float = 3.0) -> DrillResult:
         server.start()
         with (
             django_on(server),
-            Drill("postgres-outage", target, title=NAME, knobs=HEARING) as drill,
+            Drill("postgres-outage", target, title=NAME) as drill,
         ):
             drill.platform.start_all()
             queued, connected = drill.settled(queued=2, connected=3)

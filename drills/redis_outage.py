@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from drills.drill import HEARING, Drill, DrillResult, now, pause
+from drills.drill import Drill, DrillResult, now, pause
 from drills.servers import RedisServer
 from harness import HarnessError
 from harness.cluster import SshTarget
@@ -31,7 +31,7 @@ def _platform_keys(server: RedisServer) -> list[str]:
 def run(target: SshTarget, *, factor: float = 3.0) -> DrillResult:
     server: RedisServer | None = None
     try:
-        with Drill("redis-outage", target, title=NAME, knobs=HEARING) as drill:
+        with Drill("redis-outage", target, title=NAME) as drill:
             server = RedisServer(drill.platform.workdir)
             server.start()
             drill.platform.redis_url = server.url

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from drills.drill import HEARING, Drill, DrillResult, now, pause
+from drills.drill import Drill, DrillResult, now, pause
 from harness.agents import freeze_agent, thaw
 from harness.cluster import SshTarget
 from harness.platform import Platform
@@ -41,7 +41,7 @@ def run(target: SshTarget, *, factor: float = 3.0) -> DrillResult:
 
     S = WorkerStatus
     frozen: list[int] = []
-    with Drill("web-outage", target, title=NAME, knobs=HEARING) as drill:
+    with Drill("web-outage", target, title=NAME) as drill:
         platform = drill.platform
         platform.start_all()
         queued, connected = drill.settled(queued=2, connected=4)
