@@ -254,7 +254,8 @@ def _outcome(results: list[Round], file_size: int, uploads: int) -> Outcome:
         f"channel) at {RATES['other session']:g}/s, GET /s/0/ with no credentials (answered on "
         f"the event loop) at {RATES['bare request']:g}/s, heartbeats signed with the "
         f"worker's own agent's key to the agents' server at {RATES['heartbeat']:g}/s.",
-        "web server: uvicorn, one process (test settings); machine: 2 cores of a shared VM, "
+        "web server: scripts/start.sh web, one process (test settings); machine: 2 cores of a "
+        "shared VM, "
         "the node, sshd, Jupyter and the load generator on the same cores.",
     ]
     errors = sum(r.errors for r in results)
@@ -266,7 +267,8 @@ def _outcome(results: list[Round], file_size: int, uploads: int) -> Outcome:
             Goal(
                 NAME,
                 f"{probe} p99 during a 64 MiB upload within 50 ms of without",
-                f"{millis(during)} vs {millis(without)} (median of rounds)",
+                f"{millis(during)} vs {millis(without)} (median of rounds)"
+                + (f"; {errors} probes failed in all" if errors else ""),
                 during - without < GOAL_STALL and errors == 0,
             )
         )
