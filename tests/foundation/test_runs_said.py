@@ -24,6 +24,7 @@ def test_the_shipped_knobs_are_not_listed(tmp_path: Path) -> None:
 
 
 def test_what_a_run_started_is_said_once(tmp_path: Path) -> None:
+    started_processes()  # what earlier tests started, in this process
     platform = Platform(workdir=tmp_path)
     platform._spawn("worker", ["true"], platform.env(), "start.sh worker")
     platform.processes["worker"].wait()
