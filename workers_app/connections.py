@@ -98,17 +98,19 @@ def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> S
     stale: list[SSHConnection] = []
     with _lock:
         chosen: CommandKey | None = None
-        for key in sorted(k for k in _connections if k[:2] == login):
+        numbers: set[int] = set()
+        for key in [k for k in _connections if k[:2] == login]:
             held_fingerprint, held_connection = _connections[key]
             if held_fingerprint != fingerprint:
                 stale.append(_connections.pop(key)[1])
-            elif chosen is None and not held_connection.channels_taken:
+                continue
+            numbers.add(key[2])
+            if chosen is None and not held_connection.channels_taken:
                 chosen = key
         if chosen is not None and not stale:
             return _connections[chosen][1]
         if chosen is None:
-            taken = {k[2] for k in _connections if k[:2] == login}
-            chosen = (*login, next(n for n in itertools.count() if n not in taken))
+            chosen = (*login, next(n for n in itertools.count() if n not in numbers))
             _connections[chosen] = (fingerprint, new_connection(cluster, account))
         connection = _connections[chosen][1]
         stale += _evict_locked(keep=chosen)
