@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 
-from harness import HarnessError
+from harness import HarnessError, cells
 from harness.cluster import SshTarget
 from workers_app.models import Cluster
 from workers_app.redis_connection import redis_client
@@ -32,6 +32,17 @@ def cluster_accounts(ssh_target: SshTarget) -> list[tuple[str, str]]:
     if len(ssh_target.accounts) < 2:
         pytest.fail("the test cluster has no per-user accounts: run `scripts/testcluster.sh up`")
     return [(name, Path(key).read_text()) for name, key in sorted(ssh_target.accounts.items())]
+
+
+@pytest.fixture
+def cell_kind() -> str:
+    """The scheduler a test runs on: Slurm, unless it is parametrized over cells.KINDS."""
+    return "slurm"
+
+
+@pytest.fixture
+def cell(cell_kind: str, ssh_target: SshTarget) -> cells.Cell:
+    return cells.cell(cell_kind, ssh_target)
 
 
 @pytest.fixture

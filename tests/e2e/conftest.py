@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
+from harness import cells
 from harness.cluster import SshTarget
 from harness.platform import Platform
 from workers_app import accounts
 from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField, Worker
+from workers_app.schedulers import adapter_class
 
 
 @pytest.fixture
@@ -21,19 +23,31 @@ def platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
         yield running
 
 
-@pytest.fixture
-def slurm_environment(transactional_db: None, make_cluster, ssh_target: SshTarget) -> Environment:
-    cluster: Cluster = make_cluster()
-    environment = Environment.objects.create(
-        cluster=cluster, name="compute", partition=ssh_target.partition
-    )
+# Tests that prove what every scheduler must do take the ``cell`` fixture and this mark.
+on_every_scheduler = pytest.mark.parametrize("cell_kind", cells.KINDS)
+
+
+def compute_environment(cluster: Cluster, cell: cells.Cell) -> Environment:
+    """The "compute" environment of a cluster: the cell's queue, a wall time of its own syntax."""
+    environment = Environment.objects.create(cluster=cluster, name="compute", partition=cell.queue)
     EnvironmentField.objects.create(
         environment=environment,
         name="walltime",
-        directive="--time={value}",
+        directive=adapter_class(cell.kind).field_syntax["walltime"].directive,
         pattern=r"\d{1,2}:\d{2}:\d{2}",
         default="00:10:00",
     )
+    return environment
+
+
+@pytest.fixture
+def environment(transactional_db: None, make_cluster, cell: cells.Cell) -> Environment:
+    """A shared cluster's environment on the test's scheduler."""
+    return compute_environment(make_cluster(name=f"test-{cell.kind}", scheduler=cell.kind), cell)
+
+
+@pytest.fixture
+def slurm_environment(environment: Environment) -> Environment:
     return environment
 
 

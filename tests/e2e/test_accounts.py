@@ -1,21 +1,22 @@
-"""Each user acts on the cluster as their own account, and the cluster (Slurm and the OS), not
-the platform, keeps them apart. Live platform, real Slurm, real SSH, two real Unix users."""
+"""Each user acts on the cluster as their own account, and the cluster (its scheduler and the
+OS), not the platform, keeps them apart. Live platform, each real scheduler, real SSH, two real
+Unix users."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 
+from harness.cells import Cell
 from harness.cluster import SshTarget
 from harness.platform import Platform
 from harness.waiting import wait_for
-from tests.e2e.conftest import pw_runner
+from tests.e2e.conftest import compute_environment, on_every_scheduler, pw_runner
 from workers_app import accounts
-from workers_app.models import Cluster, Environment, EnvironmentField, Worker
+from workers_app.models import Cluster, Environment, Worker
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
@@ -23,17 +24,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.live]
 
 
 @pytest.fixture
-def per_user_environment(
-    transactional_db: None, make_cluster, ssh_target: SshTarget
-) -> Environment:
-    cluster: Cluster = make_cluster(name="per-user", shared=False)
-    environment = Environment.objects.create(
-        cluster=cluster, name="compute", partition=ssh_target.partition
-    )
-    EnvironmentField.objects.create(
-        environment=environment, name="walltime", directive="--time={value}", default="00:10:00"
-    )
-    return environment
+def per_user_environment(transactional_db: None, make_cluster, cell: Cell) -> Environment:
+    cluster: Cluster = make_cluster(name="per-user", shared=False, scheduler=cell.kind)
+    return compute_environment(cluster, cell)
 
 
 def connected(worker: Worker, platform: Platform) -> Worker:
@@ -48,22 +41,21 @@ def connected(worker: Worker, platform: Platform) -> Worker:
     return worker
 
 
-def job_user(job_id: str) -> str:
-    return subprocess.run(
-        ["squeue", "-h", "-j", job_id, "-o", "%u"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.strip()
+# Read as the job's owner, from inside the job: the key its agent was started with.
+AGENT_KEY = (
+    'for p in $(pgrep -u "$(id -u)" python3); do tr "\\0" "\\n" < /proc/$p/environ; done'
+    " 2>/dev/null | sed -n 's/^ACTIVATE_AGENT_KEY=//p' | head -n 1"
+)
 
 
+@on_every_scheduler
 def test_each_users_job_runs_as_their_own_account_and_the_cluster_refuses_the_other(
     platform: Platform,
     per_user_environment: Environment,
     user: User,
     other_user: User,
     ssh_target: SshTarget,
+    cell: Cell,
     tmp_path: Path,
 ) -> None:
     cluster = per_user_environment.cluster.name
@@ -91,7 +83,7 @@ def test_each_users_job_runs_as_their_own_account_and_the_cluster_refuses_the_ot
     alice_job = alice_worker.scheduler_job_id
 
     # Given: alice's job runs as her own Unix user, on the scheduler's word and the node's.
-    assert job_user(alice_job) == alice_remote
+    assert cell.owner(alice_job) == alice_remote
     whoami = alice_pw("ssh", alice_worker.public_id, "id", "-un")
     assert (whoami.returncode, whoami.stdout.strip()) == (0, alice_remote)
 
@@ -99,32 +91,25 @@ def test_each_users_job_runs_as_their_own_account_and_the_cluster_refuses_the_ot
     def as_bob(*argv: str) -> subprocess.CompletedProcess[str]:
         return bob_pw("ssh", bob_worker.public_id, *argv)
 
-    own = alice_pw(
-        "ssh", alice_worker.public_id, "scontrol", "write", "batch_script", alice_job, "-"
-    )
-    assert "ACTIVATE_AGENT_KEY" in own.stdout  # the command works for the job's owner
-    script = as_bob("scontrol", "write", "batch_script", alice_job, "-")
-    # Slurm 22.05 exits 0 here, but prints no script and says why.
-    assert "ACTIVATE_AGENT_KEY" not in script.stdout and "failed" in script.stderr
-    entered = as_bob("srun", f"--jobid={alice_job}", "--overlap", "--ntasks=1", "id", "-un")
+    own = alice_pw("ssh", alice_worker.public_id, "sh", "-c", AGENT_KEY)
+    secret = own.stdout.strip()
+    assert own.returncode == 0 and len(secret) >= 32, own.stderr  # what bob must never see
+    node = alice_worker.node_hostname
+    entered = as_bob(*cell.enter_argv(alice_job, node, ["id", "-un"]))
     assert entered.returncode != 0 and alice_remote not in entered.stdout
-    cancelled = as_bob("scancel", alice_job)
+    cancelled = as_bob(*cell.cancel_argv(alice_job))
     assert cancelled.returncode != 0 or "denied" in (cancelled.stdout + cancelled.stderr).lower()
-    # What Slurm shows bob of her job (its name, state and node: Slurm's default, without
-    # PrivateData) never holds the secret her agent signs with.
-    secret = re.search(r"ACTIVATE_AGENT_KEY=(\S+)", own.stdout)
-    assert secret is not None and len(secret.group(1).strip("'\"")) >= 32
-    listed = as_bob("squeue", "-u", alice_remote, "-h", "-o", "%i %j %u %o")
-    assert alice_job in listed.stdout.split()  # the check below reads what bob can see
-    shown = as_bob("scontrol", "show", "job", "-dd", alice_job)
-    assert alice_job in shown.stdout
-    for seen in (listed, shown):
-        assert secret.group(1).strip("'\"") not in seen.stdout + seen.stderr
+    # What the scheduler shows bob of her job (its name, state and node, by default) and what
+    # the node's files let him read of it never hold the secret her agent signs with.
+    shown = [as_bob(*argv) for argv in cell.shown_argv(alice_remote, alice_job)]
+    assert alice_job in shown[0].stdout  # the checks below read what bob can see
+    for seen in shown:
+        assert secret not in seen.stdout + seen.stderr
     # ...and the platform does not even let him name her worker.
     assert as_bob_api_404(bob_pw, alice_worker.public_id)
 
     # Then alice's worker is untouched: still connected, its job still running as her.
-    assert job_user(alice_job) == alice_remote
+    assert cell.owner(alice_job) == alice_remote
     alice_worker.refresh_from_db()
     assert alice_worker.status == S.CONNECTED
 
@@ -139,6 +124,7 @@ def test_a_generated_key_is_installed_by_the_user_then_verified_and_requests_wor
     per_user_environment: Environment,
     user: User,
     ssh_target: SshTarget,
+    cell: Cell,
     tmp_path: Path,
 ) -> None:
     cluster = per_user_environment.cluster.name
@@ -168,7 +154,7 @@ def test_a_generated_key_is_installed_by_the_user_then_verified_and_requests_wor
         assert created.returncode == 0, created.stderr + platform.logs()
         worker = Worker.objects.get(owner=user)
         assert worker.account is not None and worker.account.remote_username == remote
-        assert job_user(worker.scheduler_job_id) == remote
+        assert cell.owner(worker.scheduler_job_id) == remote
         deleted = pw("workers", "delete", worker.public_id, "--wait")
         assert deleted.returncode == 0, deleted.stderr
     finally:

@@ -1,4 +1,4 @@
-"""The real `pw` against a live platform (gunicorn, Celery, beat) and the real Slurm over SSH."""
+"""The real `pw` against a live platform (web, Celery, beat) and each real scheduler over SSH."""
 
 from __future__ import annotations
 
@@ -8,29 +8,32 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from harness.cluster import SshTarget, squeue_names
+from harness.cells import Cell
+from harness.cluster import SshTarget
 from harness.platform import Platform
-from tests.e2e.conftest import pw_runner
+from tests.e2e.conftest import on_every_scheduler, pw_runner
 from workers_app.models import Environment, EnvironmentField, Worker, job_name_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 
 
+@on_every_scheduler
 def test_create_wait_list_ssh_and_delete_a_worker_with_pw(
     platform: Platform,
-    slurm_environment: Environment,
+    environment: Environment,
+    cell: Cell,
     user: User,
     tmp_path: Path,
     ssh_target: SshTarget,
 ) -> None:
     pw = pw_runner(platform, user, tmp_path)
-    cluster = slurm_environment.cluster.name
+    cluster = environment.cluster.name
     created = pw(
         "workers",
         "create",
         cluster,
         "--environment",
-        slurm_environment.name,
+        environment.name,
         "--param",
         "walltime=00:05:00",
         "--wait",
@@ -49,14 +52,14 @@ def test_create_wait_list_ssh_and_delete_a_worker_with_pw(
     listed = pw("workers", "ls", "--cluster", cluster)
     assert listed.returncode == 0 and worker["id"] in listed.stdout.splitlines()[1]
 
-    remote = pw("ssh", worker["id"], "sh", "-c", "echo $SLURM_JOB_ID; exit 7")
+    remote = pw("ssh", worker["id"], "sh", "-c", f"echo ${cell.job_id_variable}; exit 7")
     assert remote.returncode == 7
     assert remote.stdout.strip() == worker["scheduler_job_id"]
 
     deleted = pw("workers", "delete", worker["id"], "--wait", "-o", "json")
     assert deleted.returncode == 0, deleted.stderr
     assert json.loads(deleted.stdout)["status"] == "stopped"
-    assert job_name_for(worker["id"]) not in squeue_names(ssh_target)
+    assert job_name_for(worker["id"]) not in cell.job_names(ssh_target.user)
 
 
 def test_a_missing_required_field_fails_naming_it_and_submits_nothing(

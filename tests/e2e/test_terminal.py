@@ -1,5 +1,6 @@
 """A real shell on the worker's node: `pw ssh` through the platform's WebSocket, a PTY inside
-the job via `srun --pty`, on the real Slurm over real SSH, as the owner's own Unix user."""
+the job (Slurm's `srun --pty`, a task of the job on Grid Engine), on each real scheduler over
+real SSH, as the owner's own Unix user."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from django.contrib.auth.models import User
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from harness.cells import Cell
 from harness.cluster import SshTarget
 from harness.platform import Platform
 from harness.waiting import wait_for
-from tests.e2e.conftest import PW, pw_runner
+from tests.e2e.conftest import PW, compute_environment, on_every_scheduler, pw_runner
 from tests.e2e.test_accounts import connected
-from workers_app.models import ApiKey, Environment, EnvironmentField, TerminalRecord, Worker
+from workers_app.models import ApiKey, TerminalRecord, Worker
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 
@@ -43,16 +45,12 @@ def alice_worker(
     terminal_platform: Platform,
     make_cluster,
     ssh_target: SshTarget,
+    cell: Cell,
     user: User,
     tmp_path: Path,
 ) -> Worker:
-    cluster = make_cluster(name="terminals", shared=False)
-    environment = Environment.objects.create(
-        cluster=cluster, name="compute", partition=ssh_target.partition
-    )
-    EnvironmentField.objects.create(
-        environment=environment, name="walltime", directive="--time={value}", default="00:10:00"
-    )
+    cluster = make_cluster(name="terminals", shared=False, scheduler=cell.kind)
+    compute_environment(cluster, cell)
     remote = sorted(ssh_target.accounts)[0]
     pw = pw_runner(terminal_platform, user, tmp_path / "alice")
     key_file = ssh_target.accounts[remote]
@@ -96,6 +94,7 @@ def read_until(fd: int, needle: bytes, timeout: float) -> bytes:
     return seen
 
 
+@on_every_scheduler
 def test_pw_ssh_opens_a_login_shell_in_a_pty_on_the_node_as_the_owner(
     terminal_platform: Platform,
     alice_worker: Worker,
@@ -129,6 +128,7 @@ def test_pw_ssh_opens_a_login_shell_in_a_pty_on_the_node_as_the_owner(
     assert record.closed_at is not None and record.command == []
 
 
+@on_every_scheduler
 def test_pw_ssh_streams_a_command_as_it_runs_and_exits_with_its_status(
     terminal_platform: Platform, alice_worker: Worker, user: User, tmp_path: Path
 ) -> None:

@@ -8,10 +8,11 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from harness.cluster import SshTarget, squeue_names
-from harness.objects import HOLD_DIRECTIVE
+from harness.cells import Cell
+from harness.cluster import SshTarget
 from harness.platform import FAST_KNOBS, Platform
 from harness.waiting import wait_for
+from tests.e2e.conftest import on_every_scheduler
 from workers_app import lifecycle
 from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField, Worker
 
@@ -50,11 +51,12 @@ def finished(worker: Worker) -> bool:
     return worker.is_finished
 
 
+@on_every_scheduler
 def test_a_worker_pending_on_an_unreachable_cluster_fails_at_its_limit_not_before(
-    short_timeouts: Platform, slurm_environment: Environment, user: User
+    short_timeouts: Platform, environment: Environment, user: User
 ) -> None:
-    Cluster.objects.filter(pk=slurm_environment.cluster_id).update(port=2299)
-    worker = create(short_timeouts, user, slurm_environment)
+    Cluster.objects.filter(pk=environment.cluster_id).update(port=2299)
+    worker = create(short_timeouts, user, environment)
     wait_for(lambda: finished(worker), timeout=PENDING + 10)
     assert (worker.status, worker.status_reason) == ("error", lifecycle.REASON_PENDING_TIMEOUT)
     assert worker.finished_at is not None
@@ -62,17 +64,22 @@ def test_a_worker_pending_on_an_unreachable_cluster_fails_at_its_limit_not_befor
     assert PENDING <= waited <= PENDING + SWEEP + SLACK
 
 
+@on_every_scheduler
 def test_a_worker_queued_too_long_fails_at_its_limit_and_its_job_is_cancelled(
-    short_timeouts: Platform, slurm_environment: Environment, user: User, ssh_target: SshTarget
+    short_timeouts: Platform,
+    environment: Environment,
+    cell: Cell,
+    user: User,
+    ssh_target: SshTarget,
 ) -> None:
     EnvironmentField.objects.create(
-        environment=slurm_environment, name="directives", kind="directives", position=5
+        environment=environment, name="directives", kind="directives", position=5
     )
-    worker = create(short_timeouts, user, slurm_environment, directives=HOLD_DIRECTIVE)
+    worker = create(short_timeouts, user, environment, directives=cell.hold_directive)
     wait_for(lambda: finished(worker), timeout=QUEUED + 20)
     assert (worker.status, worker.status_reason) == ("error", lifecycle.REASON_QUEUED_TIMEOUT)
     assert worker.submitted_at is not None and worker.finished_at is not None
     waited = (worker.finished_at - worker.submitted_at).total_seconds()
     assert QUEUED <= waited <= QUEUED + SWEEP + SLACK
-    wait_for(lambda: worker.job_name not in squeue_names(ssh_target), timeout=30)
+    wait_for(lambda: worker.job_name not in cell.job_names(ssh_target.user), timeout=30)
     wait_for(lambda: not Worker.objects.get(pk=worker.pk).cancel_requested, timeout=30)

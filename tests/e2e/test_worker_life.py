@@ -1,4 +1,5 @@
-"""End to end: real web server, Celery worker and beat, real Slurm over real SSH, real Redis."""
+"""End to end: real web server, Celery worker and beat, each real scheduler over real SSH, real
+Redis."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import time
 import pytest
 
 from harness.agents import freeze_agent
-from harness.cluster import SshTarget, squeue_names
-from harness.objects import HOLD_DIRECTIVE
+from harness.cells import Cell
+from harness.cluster import SshTarget
 from harness.platform import FAST_KNOBS, Platform
 from harness.waiting import wait_for
+from tests.e2e.conftest import on_every_scheduler
 from workers_app import services
 from workers_app.models import Environment, EnvironmentField, Worker
 from workers_app.redis_connection import redis_client
@@ -45,18 +47,20 @@ def wait_status(worker: Worker, wanted: set[str], timeout: float, platform: Plat
         pytest.fail(f"worker stayed {worker.status} ({worker.status_reason})\n{platform.logs()}")
 
 
+@on_every_scheduler
 def test_a_worker_connects_and_a_silent_node_is_stopped_within_the_heartbeat_timeout(
     platform: Platform,
-    slurm_environment: Environment,
+    environment: Environment,
+    cell: Cell,
     user,
     ssh_target: SshTarget,
 ) -> None:
-    worker = request(slurm_environment, user)
+    worker = request(environment, user)
     seen = {wait_status(worker, {S.QUEUED, S.STARTING, S.CONNECTED}, 60, platform)}
     wait_status(worker, {S.CONNECTED}, 90, platform)
     assert worker.node_hostname and worker.scheduler_job_id
     assert worker.events.filter(new_status=S.QUEUED).exists() or S.QUEUED in seen
-    assert worker.job_name in squeue_names(ssh_target)
+    assert worker.job_name in cell.job_names(ssh_target.user)
 
     # The sweeps have met this store already (its first sweep grants everyone a grace period).
     wait_for(lambda: redis_client().exists("activate:hb-epoch"), timeout=30)
@@ -74,15 +78,15 @@ def test_a_worker_connects_and_a_silent_node_is_stopped_within_the_heartbeat_tim
     stopped = worker.events.get(new_status=S.STOPPED).at.timestamp()
     late = stopped - expires_at
     assert -0.05 <= late <= SWEEP_INTERVAL + SWEEP_START, late
-    wait_for(lambda: worker.job_name not in squeue_names(ssh_target), timeout=30)
+    wait_for(lambda: worker.job_name not in cell.job_names(ssh_target.user), timeout=30)
 
 
 def test_flushing_redis_stops_no_connected_worker(
     platform: Platform,
-    slurm_environment: Environment,
+    environment: Environment,
     user,
 ) -> None:
-    workers = [request(slurm_environment, user) for _ in range(2)]
+    workers = [request(environment, user) for _ in range(2)]
     for worker in workers:
         wait_status(worker, {S.CONNECTED}, 120, platform)
     for _ in range(3):
@@ -96,13 +100,15 @@ def test_flushing_redis_stops_no_connected_worker(
         wait_status(worker, {S.STOPPED}, 60, platform)
 
 
+@on_every_scheduler
 def test_a_job_that_reaches_its_wall_time_shows_timeout(
     platform: Platform,
-    slurm_environment: Environment,
+    environment: Environment,
+    cell: Cell,
     user,
     ssh_target: SshTarget,
 ) -> None:
-    worker = request(slurm_environment, user, walltime="00:01:00")
+    worker = request(environment, user, walltime="00:01:00")
     wait_status(worker, {S.CONNECTED}, 90, platform)
     wait_status(worker, {S.STOPPED, S.ERROR}, 200, platform)
     assert worker.status == S.STOPPED
@@ -110,22 +116,24 @@ def test_a_job_that_reaches_its_wall_time_shows_timeout(
     assert worker.scheduler_state == "TIMEOUT"
 
 
+@on_every_scheduler
 def test_deleting_a_worker_pending_queued_or_connected_leaves_no_job(
     platform: Platform,
-    slurm_environment: Environment,
+    environment: Environment,
+    cell: Cell,
     user,
     ssh_target: SshTarget,
 ) -> None:
     # (Deletion in every status, starting and stopping included: the `deletion` drill.)
     EnvironmentField.objects.create(
-        environment=slurm_environment, name="directives", kind="directives", position=5
+        environment=environment, name="directives", kind="directives", position=5
     )
-    connected = request(slurm_environment, user)
-    held = request(slurm_environment, user, directives=HOLD_DIRECTIVE)
+    connected = request(environment, user)
+    held = request(environment, user, directives=cell.hold_directive)
     wait_status(connected, {S.CONNECTED}, 90, platform)
     wait_status(held, {S.QUEUED}, 90, platform)
-    assert held.job_name in squeue_names(ssh_target)
-    just_requested = request(slurm_environment, user)
+    assert held.job_name in cell.job_names(ssh_target.user)
+    just_requested = request(environment, user)
     assert just_requested.status == S.PENDING
     workers = (connected, held, just_requested)
     for worker in workers:
@@ -133,4 +141,4 @@ def test_deleting_a_worker_pending_queued_or_connected_leaves_no_job(
     for worker in workers:
         wait_status(worker, {S.STOPPED}, 60, platform)
     names = {worker.job_name for worker in workers}
-    wait_for(lambda: not names & set(squeue_names(ssh_target)), timeout=60)
+    wait_for(lambda: not names & set(cell.job_names(ssh_target.user)), timeout=60)

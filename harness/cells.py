@@ -1,0 +1,101 @@
+"""Each scheduler of the test cluster (scripts/testcluster.sh), spoken to with its own commands,
+as a user of it would: which jobs an account has, who owns one, and what another user's commands
+against a job are. Tests that prove the same behaviour on every scheduler take a Cell."""
+
+from __future__ import annotations
+
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from harness.cluster import SshTarget
+
+
+def _run(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+@dataclass(frozen=True)
+class Cell(ABC):
+    kind: str  # the cluster's scheduler, as the platform names it
+    queue: str  # the partition or queue environments use
+    # A directive (one users may set) that keeps a job waiting for days.
+    hold_directive: str
+    # The variable in which a job's processes find its id.
+    job_id_variable: str
+
+    @abstractmethod
+    def jobs(self, user: str) -> dict[str, str]:
+        """The user's live jobs: id -> name."""
+
+    def job_names(self, user: str) -> list[str]:
+        return list(self.jobs(user).values())
+
+    @abstractmethod
+    def owner(self, job_id: str) -> str:
+        """The Unix user the scheduler runs the job as ("" when it does not list it)."""
+
+    @abstractmethod
+    def cancel_ids(self, job_ids: Iterable[str]) -> None:
+        """Cancel jobs as root, whoever owns them (tests clean up after themselves)."""
+
+    def cancel_names(self, user: str, names: Iterable[str]) -> None:
+        wanted = set(names)
+        self.cancel_ids(job_id for job_id, name in self.jobs(user).items() if name in wanted)
+
+    @abstractmethod
+    def cancel_argv(self, job_id: str) -> list[str]:
+        """What a user runs to cancel a job."""
+
+    @abstractmethod
+    def enter_argv(self, job_id: str, node: str, argv: list[str]) -> list[str]:
+        """What a user runs to start argv inside a running job on its node."""
+
+    @abstractmethod
+    def shown_argv(self, user: str, job_id: str) -> list[tuple[str, ...]]:
+        """What a user runs to see another user's jobs and one job in detail."""
+
+
+class SlurmCell(Cell):
+    def jobs(self, user: str) -> dict[str, str]:
+        listed = _run(["squeue", "--noheader", "-u", user, "-o", "%i|%j"])
+        return dict(line.strip().split("|", 1) for line in listed.splitlines() if line.strip())
+
+    def owner(self, job_id: str) -> str:
+        return _run(["squeue", "-h", "-j", job_id, "-o", "%u"]).strip()
+
+    def cancel_ids(self, job_ids: Iterable[str]) -> None:
+        ids = sorted(set(job_ids))
+        for start in range(0, len(ids), 200):
+            subprocess.run(["scancel", *ids[start : start + 200]], capture_output=True, timeout=120)
+
+    def cancel_argv(self, job_id: str) -> list[str]:
+        return ["scancel", job_id]
+
+    def enter_argv(self, job_id: str, node: str, argv: list[str]) -> list[str]:
+        return ["srun", f"--jobid={job_id}", "--overlap", "--ntasks=1", *argv]
+
+    def shown_argv(self, user: str, job_id: str) -> list[tuple[str, ...]]:
+        return [
+            ("squeue", "-u", user, "-h", "-o", "%i %j %u %o"),
+            ("scontrol", "show", "job", "-dd", job_id),
+            ("scontrol", "write", "batch_script", job_id, "-"),
+        ]
+
+
+def slurm_cell(target: SshTarget) -> Cell:
+    # Users may not hold their jobs through directives, but may delay them (Reason=BeginTime).
+    return SlurmCell("slurm", target.partition, "--begin=now+7days", "SLURM_JOB_ID")
+
+
+CELLS = {"slurm": slurm_cell}
+KINDS = tuple(CELLS)
+
+
+def cell(kind: str, target: SshTarget | None = None) -> Cell:
+    """The test cluster's cell of this scheduler."""
+    target = target or SshTarget.running()
+    if kind not in CELLS:
+        raise ValueError(f"the test cluster runs no {kind!r} (it runs {', '.join(KINDS)})")
+    return CELLS[kind](target)
