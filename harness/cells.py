@@ -5,11 +5,12 @@ against a job are. Tests that prove the same behaviour on every scheduler take a
 from __future__ import annotations
 
 import subprocess
+import xml.etree.ElementTree as ET
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness.cluster import SshTarget
+from harness.cluster import SshTarget, read_cluster_env
 
 
 def _run(argv: list[str]) -> str:
@@ -89,7 +90,54 @@ def slurm_cell(target: SshTarget) -> Cell:
     return SlurmCell("slurm", target.partition, "--begin=now+7days", "SLURM_JOB_ID")
 
 
-CELLS = {"slurm": slurm_cell}
+class GridEngineCell(Cell):
+    def _listed(self, user: str) -> ET.Element:
+        return ET.fromstring(_run(["qstat", "-xml", "-u", user]))  # noqa: S314 (our own cell)
+
+    def jobs(self, user: str) -> dict[str, str]:
+        return {
+            entry.findtext("JB_job_number", ""): entry.findtext("JB_name", "")
+            for entry in self._listed(user).iter("job_list")
+        }
+
+    def owner(self, job_id: str) -> str:
+        for entry in self._listed("*").iter("job_list"):
+            if entry.findtext("JB_job_number") == job_id:
+                return entry.findtext("JB_owner", "")
+        return ""
+
+    def cancel_ids(self, job_ids: Iterable[str]) -> None:
+        ids = sorted(set(job_ids))
+        for start in range(0, len(ids), 200):
+            subprocess.run(
+                ["qdel", "-f", *ids[start : start + 200]], capture_output=True, timeout=120
+            )
+
+    def cancel_argv(self, job_id: str) -> list[str]:
+        return ["qdel", job_id]
+
+    def enter_argv(self, job_id: str, node: str, argv: list[str]) -> list[str]:
+        return ["env", f"JOB_ID={job_id}", "SGE_TASK_ID=undefined", "qrsh", "-inherit", node, *argv]
+
+    def shown_argv(self, user: str, job_id: str) -> list[tuple[str, ...]]:
+        # The execution host keeps each job's script where every local user can read it.
+        return [
+            ("qstat", "-u", user),
+            ("qstat", "-j", job_id),
+            ("sh", "-c", f"cat {GRIDENGINE_SPOOL}/*/job_scripts/{job_id}"),
+        ]
+
+
+GRIDENGINE_SPOOL = "/var/spool/gridengine/execd"
+
+
+def gridengine_cell(target: SshTarget) -> Cell:
+    queue = read_cluster_env().get("ACTIVATE_TEST_SGE_QUEUE", "all.q")
+    # A start time (qsub -a) years away keeps it waiting, as Slurm's --begin does.
+    return GridEngineCell("gridengine", queue, "-a 209901010000", "JOB_ID")
+
+
+CELLS = {"slurm": slurm_cell, "gridengine": gridengine_cell}
 KINDS = tuple(CELLS)
 
 

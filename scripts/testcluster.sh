@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # testcluster.sh - turn this (Debian 12) machine into a real single-node Slurm
-# cluster reachable over real SSH on loopback, for tests and `make run`.
+# cluster, plus a one-node Grid Engine cell (testcell-gridengine.sh), reachable
+# over real SSH on loopback, for tests and `make run`.
 #
 # Usage: scripts/testcluster.sh {up|down|status|check|env|
-#                                stop-sshd|start-sshd|stop-slurmctld|start-slurmctld}
+#                                stop-sshd|start-sshd|stop-slurmctld|start-slurmctld|
+#                                stop-qmaster|start-qmaster}
 #
 # Idempotent: `up` on an already running cluster only verifies it (fast).
 # Must run as root. See scripts/README.md.
@@ -46,6 +48,10 @@ PACKAGES=(munge slurmctld slurmd slurm-client openssh-server tmux zsh)
 
 NODE_NAME="$(uname -n)"
 NODE_NAME="${NODE_NAME%%.*}"   # short host name, as slurmd/slurmctld use it
+
+# The Grid Engine cell (settings and sge_* functions).
+# shellcheck source=scripts/testcell-gridengine.sh
+. "$REPO_ROOT/scripts/testcell-gridengine.sh"
 
 # ----------------------------------------------------------------- helpers --
 log() { printf '[testcluster] %s\n' "$*" >&2; }
@@ -523,6 +529,7 @@ EOF
         for account in "${ACCOUNTS[@]}"; do
             printf 'ACTIVATE_TEST_ACCOUNT_KEY_%s=%s\n' "$account" "$(account_key "$account")"
         done
+        sge_env_lines
     } | write_if_changed "$ENV_FILE" 0644 || true
 }
 
@@ -595,7 +602,7 @@ EOF
 # -------------------------------------------------------------------- main --
 usage() {
     cat >&2 <<EOF
-usage: $0 {up|down|status|check|env|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld}
+usage: $0 {up|down|status|check|env|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld|stop-qmaster|start-qmaster}
 EOF
     exit 2
 }
@@ -605,7 +612,7 @@ case "$cmd" in
     env)
         echo "$ENV_FILE"
         exit 0 ;;
-    up|down|status|check|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld) ;;
+    up|down|status|check|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld|stop-qmaster|start-qmaster) ;;
     *) usage ;;
 esac
 
@@ -622,12 +629,15 @@ case "$cmd" in
         write_cluster_files
         ensure_slurm
         ensure_sshd
+        sge_up
         [[ -x /usr/bin/python3 ]] || log "WARNING: /usr/bin/python3 missing - jobs that need it will fail"
         summary
+        sge_summary
         ;;
     down)
         stop_slurmd
         stop_slurmctld
+        sge_down
         stop_sshd
         log "down (munged left running)"
         ;;
@@ -637,9 +647,11 @@ case "$cmd" in
         printf 'slurmd    : %s\n' "$([[ -n $(slurmd_pids) ]] && echo up || echo DOWN)"
         printf 'node      : %s\n' "$(node_state || true)"
         printf 'sshd      : %s\n' "$(ssh_ok >/dev/null 2>&1 && echo up || echo DOWN)"
+        sge_status
         ;;
     check)
         run_check
+        sge_run_check
         ;;
     stop-sshd)
         stop_sshd ;;
@@ -655,4 +667,9 @@ case "$cmd" in
         ensure_munge
         start_slurmctld
         wait_node_ready ;;
+    stop-qmaster)
+        sge_stop_qmaster ;;
+    start-qmaster)
+        sge_start_qmaster
+        sge_wait_queue_ready ;;
 esac

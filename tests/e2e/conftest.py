@@ -27,7 +27,9 @@ def platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
 on_every_scheduler = pytest.mark.parametrize("cell_kind", cells.KINDS)
 
 
-def compute_environment(cluster: Cluster, cell: cells.Cell) -> Environment:
+def compute_environment(
+    cluster: Cluster, cell: cells.Cell, walltime: str = "00:10:00"
+) -> Environment:
     """The "compute" environment of a cluster: the cell's queue, a wall time of its own syntax."""
     environment = Environment.objects.create(cluster=cluster, name="compute", partition=cell.queue)
     EnvironmentField.objects.create(
@@ -35,7 +37,7 @@ def compute_environment(cluster: Cluster, cell: cells.Cell) -> Environment:
         name="walltime",
         directive=adapter_class(cell.kind).field_syntax["walltime"].directive,
         pattern=r"\d{1,2}:\d{2}:\d{2}",
-        default="00:10:00",
+        default=walltime,
     )
     return environment
 

@@ -1,5 +1,6 @@
 """Sessions end to end: a remote desktop and VS Code on a worker's node, opened in headless
-Chromium through the platform's proxy, on the real Slurm over real SSH, as the owner's account."""
+Chromium through the platform's proxy, on the real Slurm (and a desktop on each real scheduler)
+over real SSH, as the owner's account."""
 
 from __future__ import annotations
 
@@ -21,12 +22,13 @@ from websockets.sync.client import connect
 
 from harness import REPO
 from harness.agents import freeze_agent, thaw
+from harness.cells import Cell
 from harness.cluster import SshTarget
 from harness.platform import Platform
 from harness.waiting import wait_for
 from sessions_app.models import Session
-from tests.e2e.conftest import pw_runner
-from workers_app.models import ApiKey, Environment, EnvironmentField, Worker
+from tests.e2e.conftest import compute_environment, on_every_scheduler, pw_runner
+from workers_app.models import ApiKey, Environment, Worker
 from workers_app.statuses import LIVE
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
@@ -59,15 +61,9 @@ def alice(transactional_db: None) -> User:
 
 
 @pytest.fixture
-def environment(make_cluster: Any, ssh_target: SshTarget, alice: User) -> Environment:
-    cluster = make_cluster(name="sessions", shared=False)
-    compute = Environment.objects.create(
-        cluster=cluster, name="compute", partition=ssh_target.partition
-    )
-    EnvironmentField.objects.create(
-        environment=compute, name="walltime", directive="--time={value}", default="00:15:00"
-    )
-    return compute
+def environment(make_cluster: Any, cell: Cell, alice: User) -> Environment:
+    cluster = make_cluster(name="sessions", shared=False, scheduler=cell.kind)
+    return compute_environment(cluster, cell, walltime="00:15:00")
 
 
 @pytest.fixture
@@ -315,6 +311,28 @@ def alive(pid: int | None) -> bool:
     except ProcessLookupError:
         return False
     return bool(pid)
+
+
+@on_every_scheduler
+def test_a_desktop_on_an_existing_worker_opens_in_the_browser_and_leaves_the_worker_running(
+    session_platform: Platform, pw: Any, chromium: Any, cell: Cell
+) -> None:
+    # Given: a connected worker of alice's, and a desktop she launches on it.
+    worker_id = worker_of(pw)
+    session, _ = created(pw, "--type", "desktop", "sessions", "--worker", worker_id)
+    assert session["dedicated_worker"] is False and session["worker"] == worker_id
+    # When: she opens it. Then: the node's X server is on her screen.
+    page = logged_in_page(chromium, session_platform, "alice")
+    page.goto(session["url"])
+    showing(page, session_platform, f"desktop-on-{cell.kind}-failed")
+    time.sleep(1)
+    shot(page, f"desktop-on-a-{cell.kind}-worker")
+    assert distinct_colours(page) > 1
+    # When: she stops it. Then: it ends, and the worker it ran on stays connected.
+    stopped = pw("sessions", "stop", session["id"], "-o", "json")
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout)["status"] == "ended"
+    assert Worker.objects.get(public_id=worker_id).status == "connected"
 
 
 def test_sessions_on_an_existing_worker_outlive_a_neighbour_and_end_with_their_worker(

@@ -16,6 +16,7 @@ from workers_app.models.idle import idle_minutes_field
 class SchedulerKind(models.TextChoices):
     SLURM = "slurm", "Slurm"
     PBS = "pbs", "PBS Pro"
+    GRIDENGINE = "gridengine", "Grid Engine"
     HOST = "host", "Plain host (no scheduler)"
 
 

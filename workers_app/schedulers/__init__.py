@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from workers_app.schedulers.base import SchedulerAdapter
+from workers_app.schedulers.gridengine import GridEngineAdapter
 from workers_app.schedulers.host import HostAdapter
 from workers_app.schedulers.pbs import PbsAdapter
 from workers_app.schedulers.slurm import SlurmAdapter
@@ -10,6 +11,7 @@ from workers_app.schedulers.slurm import SlurmAdapter
 ADAPTERS: dict[str, type[SchedulerAdapter]] = {
     "slurm": SlurmAdapter,
     "pbs": PbsAdapter,
+    "gridengine": GridEngineAdapter,
     "host": HostAdapter,
 }
 
