@@ -1,5 +1,6 @@
 """Status polling: our poll cycle against one `ssh host squeue -j ID` per job, with the jobs
-spread over 1, 10 and 50 users' own cluster accounts.
+spread over 1, 10 and 50 users' own cluster accounts; then the same on Grid Engine against one
+`ssh host qstat -j ID` per job.
 
 Ours is workers_app.jobs.poll_cluster, one status command per account with live jobs over that
 account's kept SSH connection, counting the commands it sends. The usual portal way is one new
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.report import Goal, Outcome, Table, seconds, times
+from harness import cells
 from harness.cluster import SshTarget, sshd_connections
-from harness.objects import forget_workers, run_id, run_user, start_afresh
+from harness.objects import forget_workers, register_cluster, run_id, run_user, start_afresh
 
 if TYPE_CHECKING:
     from workers_app.models import Cluster, ClusterAccount
@@ -89,9 +91,12 @@ def _poll_cycles(cluster_id: int, jobs: int, cycles: int, *, accounts: int) -> O
     return OursCycle(jobs, accounts, commands.pop(), first, statistics.median(durations), connects)
 
 
-def _per_job_cycle(target: SshTarget, job_ids: list[str], jobs: int, sample: int) -> PerJobCycle:
-    """`ssh ... squeue -j ID` per job, one after the other, as portals poll: a new connection
-    each, and (timed again) over one multiplexed connection, as a careful user configures."""
+def _per_job_cycle(
+    target: SshTarget, job_ids: list[str], jobs: int, sample: int, status: str = "squeue"
+) -> PerJobCycle:
+    """`ssh ... squeue -j ID` (or `qstat -j ID`) per job, one after the other, as portals poll:
+    a new connection each, and (timed again) over one multiplexed connection, as a careful user
+    configures."""
     if len(job_ids) > sample:
         step = len(job_ids) / sample
         job_ids = [job_ids[int(i * step)] for i in range(sample)]
@@ -100,14 +105,16 @@ def _per_job_cycle(target: SshTarget, job_ids: list[str], jobs: int, sample: int
         started = time.perf_counter()
         for job_id in job_ids:
             result = subprocess.run(
-                target.ssh_argv("squeue", "-j", job_id, control_dir=control),
+                target.ssh_argv(status, "-j", job_id, control_dir=control),
                 capture_output=True,
                 text=True,
                 timeout=60,
                 check=False,
             )
             if result.returncode != 0 or job_id not in result.stdout:
-                raise RuntimeError(f"ssh squeue -j {job_id} failed: {result.stderr.strip()[:300]}")
+                raise RuntimeError(
+                    f"ssh {status} -j {job_id} failed: {result.stderr.strip()[:300]}"
+                )
         return (time.perf_counter() - started) / len(job_ids)
 
     connections = sshd_connections()
@@ -268,7 +275,100 @@ def run(
     finally:
         forget_workers()
         ClusterAccount.objects.filter(cluster=cluster).delete()
-    return _outcome(ours, [theirs[c.jobs] for c in ours], cycles, len(logins))
+    outcome = _outcome(ours, [theirs[c.jobs] for c in ours], cycles, len(logins))
+    gridengine = _gridengine(target, sizes, sample=sample, full_up_to=full_up_to, cycles=cycles)
+    return Outcome(outcome.tables + gridengine.tables, outcome.goals + gridengine.goals)
+
+
+def _gridengine(
+    target: SshTarget, sizes: tuple[int, ...], *, sample: int, full_up_to: int, cycles: int
+) -> Outcome:
+    """The same cycle on the Grid Engine cell: the cluster account's held jobs, polled with one
+    `qstat -xml` against `ssh ... qstat -j ID` per job."""
+    from workers_app.models import Worker
+    from workers_app.statuses import WorkerStatus
+
+    cell = cells.cell("gridengine", target)
+    cluster = register_cluster(target, name="bench-gridengine", scheduler="gridengine")
+    tag = f"bench-poll-ge-{run_id()}"
+    ours: list[OursCycle] = []
+    theirs: list[PerJobCycle] = []
+    job_ids: list[str] = []
+    try:
+        for size in sorted(sizes):
+            names = [f"{tag}-{i}" for i in range(len(job_ids), size)]
+            made = cell.hold_many(target.user, names)
+            job_ids += made
+            Worker.objects.bulk_create(
+                Worker(
+                    name=name,
+                    owner=run_user(),
+                    cluster=cluster,
+                    status=WorkerStatus.QUEUED,
+                    scheduler_job_id=job_id,
+                )
+                for name, job_id in zip(names, made, strict=True)
+            )
+            ours.append(_poll_cycles(cluster.pk, size, cycles, accounts=1))
+            measured = size if size <= full_up_to else sample
+            theirs.append(_per_job_cycle(target, job_ids, size, measured, status="qstat"))
+            print(
+                f"  polling {size} Grid Engine jobs: ours {ours[-1].commands} commands, "
+                f"{ours[-1].cycle:.3f} s; per-job {theirs[-1].cycle:.1f} s",
+                flush=True,
+            )
+    finally:
+        cell.cancel_ids(job_ids)
+        Worker.objects.filter(cluster=cluster).delete()
+    table = Table(
+        "Status polling on Grid Engine: one poll cycle over the cluster account's held jobs "
+        "(the real one-node cell)",
+        [
+            "jobs",
+            "ours: commands",
+            "ours: cycle",
+            "ours: 1st cycle (+connect)",
+            "per-job ssh qstat -j: new connections",
+            "per-job ssh qstat -j: cycle",
+            "multiplexed: cycle",
+            "measured",
+            "ours faster by: warm / cold",
+            "than multiplexed: warm / cold",
+        ],
+    )
+    for mine, other in zip(ours, theirs, strict=True):
+        table.add(
+            mine.jobs,
+            mine.commands,
+            seconds(mine.cycle),
+            seconds(mine.first_cycle),
+            f"{other.connections_per_cycle:g}",
+            seconds(other.cycle),
+            seconds(other.cycle_multiplexed),
+            "all" if other.measured == other.jobs else f"{other.measured} of {other.jobs}",
+            f"{times(other.cycle / mine.cycle)} / {times(other.cycle / mine.first_cycle)}",
+            f"{times(other.cycle_multiplexed / mine.cycle)} / "
+            f"{times(other.cycle_multiplexed / mine.first_cycle)}",
+        )
+    table.notes += [
+        "jobs: held (`qsub -h -b y sleep 600`, one local shell) as the cluster account pwtest, "
+        "a queued worker row each on a shared cluster of scheduler gridengine.",
+        f"ours: workers_app.jobs.poll_cluster in-process; one `qstat -xml -u pwtest` lists the "
+        f"account's jobs whatever their number; median of {cycles} cycles after a first one "
+        "that opens the connection.",
+        "per-job: `ssh ... pwtest@127.0.0.1 qstat -j ID` (OpenSSH client) one after the other, "
+        "a new connection each, then over one multiplexed connection; where a sample was timed "
+        "the cycle is extrapolated linearly.",
+    ]
+    goals = [
+        Goal(
+            NAME,
+            "Grid Engine: one command per cycle, whatever the number of jobs",
+            ", ".join(f"{c.jobs} jobs {c.commands}" for c in ours),
+            all(c.commands == 1 for c in ours),
+        )
+    ]
+    return Outcome([table], goals)
 
 
 def _outcome(

@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from harness import HarnessError
 from harness.cluster import SshTarget, read_cluster_env
 
 
@@ -25,6 +26,8 @@ class Cell(ABC):
     hold_directive: str
     # The variable in which a job's processes find its id.
     job_id_variable: str
+    # The shortest wall time the scheduler enforces to the second or so (HH:MM:SS).
+    shortest_walltime: str
 
     @abstractmethod
     def jobs(self, user: str) -> dict[str, str]:
@@ -87,7 +90,8 @@ class SlurmCell(Cell):
 
 def slurm_cell(target: SshTarget) -> Cell:
     # Users may not hold their jobs through directives, but may delay them (Reason=BeginTime).
-    return SlurmCell("slurm", target.partition, "--begin=now+7days", "SLURM_JOB_ID")
+    # Slurm counts wall time in minutes.
+    return SlurmCell("slurm", target.partition, "--begin=now+7days", "SLURM_JOB_ID", "00:01:00")
 
 
 class GridEngineCell(Cell):
@@ -116,6 +120,27 @@ class GridEngineCell(Cell):
     def cancel_argv(self, job_id: str) -> list[str]:
         return ["qdel", job_id]
 
+    def hold_many(self, user: str, names: list[str]) -> list[str]:
+        """Held sleep jobs submitted by ``user`` with one local qsub each (in one shell)."""
+        lines = "".join(
+            f"qsub -terse -h -N {name} -q {self.queue} -o /dev/null -j y -b y sleep 600\n"
+            for name in names
+        )
+        result = subprocess.run(
+            ["runuser", "-u", user, "--", "bash", "-s"],
+            input=lines,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+            cwd="/",
+        )
+        ids = result.stdout.split()
+        if result.returncode != 0 or len(ids) != len(names):
+            self.cancel_ids(ids)
+            raise HarnessError(f"local qsub failed: {result.stderr.strip()[:500]}")
+        return ids
+
     def enter_argv(self, job_id: str, node: str, argv: list[str]) -> list[str]:
         return ["env", f"JOB_ID={job_id}", "SGE_TASK_ID=undefined", "qrsh", "-inherit", node, *argv]
 
@@ -134,7 +159,7 @@ GRIDENGINE_SPOOL = "/var/spool/gridengine/execd"
 def gridengine_cell(target: SshTarget) -> Cell:
     queue = read_cluster_env().get("ACTIVATE_TEST_SGE_QUEUE", "all.q")
     # A start time (qsub -a) years away keeps it waiting, as Slurm's --begin does.
-    return GridEngineCell("gridengine", queue, "-a 209901010000", "JOB_ID")
+    return GridEngineCell("gridengine", queue, "-a 209901010000", "JOB_ID", "00:00:20")
 
 
 CELLS = {"slurm": slurm_cell, "gridengine": gridengine_cell}

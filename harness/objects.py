@@ -37,12 +37,14 @@ def run_id() -> str:
     return secrets.token_hex(3)
 
 
-def register_cluster(target: SshTarget) -> Cluster:
+def register_cluster(
+    target: SshTarget, name: str = CLUSTER_NAME, scheduler: str = "slurm"
+) -> Cluster:
     from workers_app.models import Cluster, Reachability
 
-    cluster = Cluster.objects.filter(name=CLUSTER_NAME).first() or Cluster(name=CLUSTER_NAME)
+    cluster = Cluster.objects.filter(name=name).first() or Cluster(name=name)
     cluster.host, cluster.port, cluster.username = target.host, target.port, target.user
-    cluster.host_key, cluster.scheduler = target.host_key, "slurm"
+    cluster.host_key, cluster.scheduler = target.host_key, scheduler
     # Everyone acts as the one cluster account: runs need no per-user accounts.
     cluster.shared = True
     cluster.reachability = Reachability.UNKNOWN

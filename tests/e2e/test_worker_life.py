@@ -108,7 +108,7 @@ def test_a_job_that_reaches_its_wall_time_shows_timeout(
     user,
     ssh_target: SshTarget,
 ) -> None:
-    worker = request(environment, user, walltime="00:01:00")
+    worker = request(environment, user, walltime=cell.shortest_walltime)
     wait_status(worker, {S.CONNECTED}, 90, platform)
     wait_status(worker, {S.STOPPED, S.ERROR}, 200, platform)
     assert worker.status == S.STOPPED

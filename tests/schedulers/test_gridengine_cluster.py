@@ -293,3 +293,26 @@ def test_a_command_runs_inside_the_job_as_a_task_and_a_neighbour_is_refused(
     deleted = as_user(neighbour, "qdel", job_id)
     assert deleted.returncode != 0 and "privileges" in deleted.stdout + deleted.stderr
     assert gridengine.query([job_id]).get(job_id) is not None
+
+
+def test_a_waiting_jobs_environment_file_is_refused_to_a_neighbour_by_the_os(
+    gridengine: GridEngineAdapter, submitted: list[str], unique: str, ssh_target: SshTarget
+) -> None:
+    secret = uuid.uuid4().hex
+    job_id = submit(
+        gridengine,
+        submitted,
+        unique + "wait",
+        "sleep 300",
+        directives=(NOT_BEFORE_2099,),
+        environment={"SECRET": secret},
+    )
+    waiting = gridengine.query([job_id]).get(job_id)
+    assert waiting is not None and waiting.phase is Phase.QUEUED
+    path = Path(f"~{ssh_target.user}").expanduser() / ".activate" / "jobs" / f"{unique}wait.env"
+    assert secret in path.read_text()  # (read as root: the file is there while the job waits)
+    assert path.stat().st_mode & 0o777 == 0o600
+    neighbour = sorted(ssh_target.accounts)[-1]
+    refused = as_user(neighbour, "cat", str(path))
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr
+    assert secret not in refused.stdout

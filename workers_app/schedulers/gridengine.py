@@ -473,6 +473,7 @@ class GridEngineAdapter(SchedulerAdapter):
         if limits_result.exit_status != 0:
             raise QueryFailed(f"qconf -sq failed: {limits_result.stderr.strip()[:500]}")
         limits = parse_queue_limits(limits_result.stdout)
+        # Grid Engine has no default queue; all.q, the one its installer makes, serves as one.
         default = "all.q" if any(queue.name == "all.q" for queue in queues) else ""
         return [
             replace(queue, max_time=limits.get(queue.name, ""), is_default=queue.name == default)
