@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from bench import api, detection, heartbeats, polling, proxy_upload, submission, terminals
+from bench import api, detection, heartbeats, polling, proxy_upload, scale, submission, terminals
 from bench.report import Outcome, goals_table
 from harness.cluster import SshTarget
 from harness.runner import Conclusion, Suite, run
@@ -28,7 +28,16 @@ def _ints(text: str) -> tuple[int, ...]:
 class Benchmarks(Suite[Outcome]):
     name = "bench"
     record_title = "Recorded run"
-    names = ("polling", "submission", "heartbeats", "api", "detection", "terminals", "proxy")
+    names = (
+        "polling",
+        "submission",
+        "heartbeats",
+        "api",
+        "detection",
+        "terminals",
+        "proxy",
+        "scale",
+    )
     doc = __doc__ or ""
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -81,6 +90,10 @@ class Benchmarks(Suite[Outcome]):
         group.add_argument("--proxy-rounds", type=int, default=3)
         group.add_argument("--proxy-quiet", type=float, default=8, help="seconds per quiet round")
         group.add_argument("--proxy-uploads", type=int, default=4, help="64 MiB uploads per round")
+        group = parser.add_argument_group("scale")
+        group.add_argument("--scale-sweep-sizes", type=_ints, default=(1_000, 10_000))
+        group.add_argument("--scale-poll-sizes", type=_ints, default=(1_000, 10_000))
+        group.add_argument("--scale-served-sizes", type=_ints, default=(10_000, 100_000))
 
     def runners(self, args: argparse.Namespace) -> dict[str, Callable[[SshTarget], Outcome]]:
         return {
@@ -119,6 +132,12 @@ class Benchmarks(Suite[Outcome]):
             ),
             "proxy": lambda t: proxy_upload.run(
                 t, rounds=args.proxy_rounds, quiet=args.proxy_quiet, uploads=args.proxy_uploads
+            ),
+            "scale": lambda t: scale.run(
+                t,
+                sweep_sizes=args.scale_sweep_sizes,
+                poll_sizes=args.scale_poll_sizes,
+                served_sizes=args.scale_served_sizes,
             ),
         }
 

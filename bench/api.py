@@ -49,7 +49,8 @@ class Measured:
     http: list[float]
 
 
-def _fill(count: int) -> None:
+def _fill(count: int, first: int = 0) -> None:
+    from django.db import connection
     from django.utils import timezone
 
     from workers_app.models import Cluster, Environment, Worker
@@ -61,7 +62,7 @@ def _fill(count: int) -> None:
     chooser = random.Random(7)
     now = timezone.now()
     batch = []
-    for i in range(count):
+    for i in range(first, first + count):
         status = chooser.choice(statuses)
         finished = status in {"stopped", "error"}
         batch.append(
@@ -74,7 +75,7 @@ def _fill(count: int) -> None:
                 status=status,
                 scheduler_job_id="" if status == "pending" else str(7_000_000 + i),
                 node_hostname="node01" if status == "connected" else "",
-                created_at=now - timedelta(seconds=count - i),
+                created_at=now - timedelta(seconds=first + count - i),
                 finished_at=now - timedelta(seconds=chooser.randint(1, 600)) if finished else None,
             )
         )
@@ -82,6 +83,10 @@ def _fill(count: int) -> None:
             Worker.objects.bulk_create(batch)
             batch = []
     Worker.objects.bulk_create(batch)
+    # What autovacuum does to a table that grew this much: the planner's row counts are then
+    # true (stale ones have it sort every worker for a page of 100).
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Worker._meta.db_table}")
 
 
 def _in_process(key: str, path: str, repeat: int) -> tuple[int, int, float]:

@@ -95,6 +95,8 @@ class Worker(IdlePolicy):
             models.Index(fields=["status", "next_attempt_at"], name="worker_status_attempt"),
             models.Index(fields=["cluster", "status"], name="worker_cluster_status"),
             models.Index(fields=["owner", "-created_at"], name="worker_owner_created"),
+            # Staff lists everyone's, newest first: read in order, not sorted whole.
+            models.Index(fields=["-created_at", "-id"], name="worker_created"),
             models.Index(
                 fields=["cancel_requested"],
                 condition=Q(cancel_requested=True),
