@@ -200,6 +200,7 @@ def run(target: SshTarget, *, rounds: int = 3, quiet: float = 8.0, uploads: int 
         platform.start_web(workers=1)
         platform.start_agents()
         platform.start_worker()
+        platform.start_sweeper()
         platform.start_beat()
         with platform.api(key, timeout=60) as api:
             worker = connected_worker_via_api(api, names)

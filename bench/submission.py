@@ -318,6 +318,7 @@ def _platform(
     try:
         platform.start_deployed_web(workers=2, threads=4)
         platform.start_worker()
+        platform.start_sweeper()
         platform.start_beat()
         # Warm-up: every Celery process opens its kept SSH connection, as in steady state.
         with ThreadPoolExecutor(post_concurrency) as pool:

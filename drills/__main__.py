@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 
 from drills import (
+    beat_failover,
     broker_outage,
     celery_kill,
     deletion,
@@ -21,6 +22,7 @@ from drills import (
     redis_outage,
     redis_restart,
     restarts,
+    slow_polls,
     slurmctld_outage,
     ssh_outage,
     two_beats,
@@ -48,6 +50,8 @@ class Drills(Suite[DrillResult]):
         "postgres_outage",
         "broker_outage",
         "exec_flood",
+        "slow_polls",
+        "beat_failover",
     )
     doc = __doc__ or ""
 
@@ -71,6 +75,11 @@ class Drills(Suite[DrillResult]):
         parser.add_argument(
             "--commands", type=int, default=50, help="long commands at once in exec_flood"
         )
+        parser.add_argument(
+            "--sweeps-on-worker",
+            action="store_true",
+            help="slow_polls without the sweeper (the sweeps on the shared worker): should fail",
+        )
 
     def runners(self, args: argparse.Namespace) -> dict[str, Callable[[SshTarget], DrillResult]]:
         return {
@@ -86,6 +95,8 @@ class Drills(Suite[DrillResult]):
             "postgres_outage": lambda t: postgres_outage.run(t, factor=args.sick_for),
             "broker_outage": lambda t: broker_outage.run(t, factor=args.sick_for),
             "exec_flood": lambda t: exec_flood.run(t, commands=args.commands),
+            "slow_polls": lambda t: slow_polls.run(t, sweeps_on_worker=args.sweeps_on_worker),
+            "beat_failover": lambda t: beat_failover.run(t),
         }
 
     def could_not_run(self, name: str, exc: Exception) -> DrillResult:

@@ -4,6 +4,10 @@ Both beats send every sweep and poll, so two copies of each run side by side on 
 worker's processes while there is work for them: queued workers timing out (short queued
 timeout), agents going silent (frozen with SIGSTOP), a deletion, fresh requests. Afterwards no
 (worker, old status, new status) with old != new may appear twice in the event table.
+
+The beat lease (activate/beat.py) would let only one of them send; it is off here
+(ACTIVATE_BEAT_LEASE=0), because a holder paused past its lease can still send once beside its
+successor: the compare-and-set must hold on its own. drills/beat_failover.py runs with it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ from harness.cluster import SshTarget
 from harness.objects import HELD_ENVIRONMENT, RUN_ENVIRONMENT
 
 NAME = "Two beat processes at once"
-KNOBS = {"ACTIVATE_PENDING_TIMEOUT": "15", "ACTIVATE_QUEUED_TIMEOUT": "20"}
+KNOBS = {
+    "ACTIVATE_PENDING_TIMEOUT": "15",
+    "ACTIVATE_QUEUED_TIMEOUT": "20",
+    "ACTIVATE_BEAT_LEASE": "0",
+}
 
 
 def run(target: SshTarget, *, duration: float = 40) -> DrillResult:
@@ -34,6 +42,7 @@ def run(target: SshTarget, *, duration: float = 40) -> DrillResult:
             platform.start_web()
             platform.start_agents()
             platform.start_worker()
+            platform.start_sweeper()
             platform.start_beat("beat")
             platform.start_beat("beat2")
             running = drill.request(RUN_ENVIRONMENT, 3)

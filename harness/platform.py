@@ -1,6 +1,6 @@
-"""The whole platform as real processes (web and agents' servers, Celery worker, Celery
-beat), each started the way scripts/start.sh starts it, with its timing knobs, logging to a work
-directory.
+"""The whole platform as real processes (web and agents' servers, Celery worker, the sweeper,
+Celery beat), each started the way scripts/start.sh starts it, with its timing knobs, logging to
+a work directory.
 
 The processes share the database and Redis of the calling process (Django's settings), unless
 ``redis_url`` names another Redis.
@@ -155,6 +155,8 @@ class Platform:
     def env(self) -> dict[str, str]:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("ACTIVATE_")}
         environ.update(FAST_KNOBS)
+        # The processes' metrics meet in the run's own directory, not the checkout's data/.
+        environ["PROMETHEUS_MULTIPROC_DIR"] = str(self.workdir / "metrics")
         environ.update(self.knobs)
         environ.update(
             {
@@ -238,15 +240,22 @@ class Platform:
         self._ready(self._agents_answer, "the agents' server did not answer")
         return process
 
-    def start_worker(self, name: str = "worker") -> subprocess.Popen[bytes]:
-        """A Celery worker, returned once it consumes tasks."""
+    def start_worker(
+        self, name: str = "worker", *, role: str = "worker"
+    ) -> subprocess.Popen[bytes]:
+        """A Celery worker (``role`` "sweeper": the one for the sweeps alone), returned once it
+        consumes tasks."""
         log_path = self.workdir / f"{name}.log"
         offset = log_path.stat().st_size if log_path.exists() else 0
-        process = self._spawn(name, ["bash", str(START), "worker"], self.env(), "start.sh worker")
+        process = self._spawn(name, ["bash", str(START), role], self.env(), f"start.sh {role}")
         self._ready(
-            lambda: b" ready." in _tail(log_path, offset), "the Celery worker did not get ready"
+            lambda: b" ready." in _tail(log_path, offset), f"the Celery {role} did not get ready"
         )
         return process
+
+    def start_sweeper(self, name: str = "sweeper") -> subprocess.Popen[bytes]:
+        """`scripts/start.sh sweeper`: the Celery worker of the sweeps queue."""
+        return self.start_worker(name, role="sweeper")
 
     def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
         # Each beat process keeps its own schedule file, as two separate deployments would.
@@ -259,12 +268,13 @@ class Platform:
         return self._spawn(name, ["bash", str(START), "relays"], self.env(), "start.sh relays")
 
     def start_all(self) -> None:
-        """Web server, agents' server, Celery worker and beat (and the relays' keeper if asked);
-        if one does not start, none is left running."""
+        """Web server, agents' server, Celery worker, sweeper and beat (and the relays' keeper
+        if asked); if one does not start, none is left running."""
         try:
             self.start_web()
             self.start_agents()
             self.start_worker()
+            self.start_sweeper()
             self.start_beat()
             if self.relays:
                 self.start_relays()

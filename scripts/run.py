@@ -1,7 +1,8 @@
 """`make run`: the whole platform on the embedded defaults, in one terminal.
 
 Migrates, makes sure an operator account exists, then runs the web server, the agents' server,
-a Celery worker, Celery beat and the relays' keeper (run_relays) through scripts/start.sh.
+a Celery worker, the sweeper (a Celery worker for the sweeps alone), Celery beat and the relays'
+keeper (run_relays) through scripts/start.sh.
 Ctrl-C (or any one process dying) stops all of it. Safe by default: DEBUG stays off unless
 ACTIVATE_DEBUG says otherwise, and an unset ACTIVATE_SECRET_KEY is made once at random and kept
 in data/secret-key.txt (mode 0600; the settings make it, so manage.py commands share it).
@@ -23,6 +24,8 @@ from activate.env import KEY_FILE_NAME, ConfigurationError, EnvReader, private_d
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / EnvReader().string("ACTIVATE_DATA_DIR", "data")
 PASSWORD_FILE = DATA / "admin-password.txt"
+# What `make run` starts, each through scripts/start.sh.
+ROLES = ("web", "agents", "worker", "sweeper", "beat", "relays")
 
 
 def ensure_operator() -> str:
@@ -53,6 +56,16 @@ def agents_environment(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def fresh_metrics_directory(env: dict[str, str]) -> dict[str, str]:
+    """Where this run's processes keep their metrics (start.sh's default unless set), emptied:
+    counters start again from zero, and no gauge of an earlier run's process is added in."""
+    metrics = Path(env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(DATA / "metrics")))
+    private_directory(metrics)
+    for stale in metrics.glob("*.db"):
+        stale.unlink()
+    return env
+
+
 def safety_summary(env: EnvReader) -> str:
     """What a look at the start-up lines should tell: debug pages, and whose key."""
     debug = "on (ACTIVATE_DEBUG)" if env.boolean("ACTIVATE_DEBUG", False) else "off"
@@ -73,10 +86,9 @@ def main() -> int:
     subprocess.run(["bash", "scripts/services.sh", "redis"], cwd=REPO, check=True)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO, check=True)
     password = ensure_operator()
-    env = agents_environment(dict(os.environ))
+    env = fresh_metrics_directory(agents_environment(dict(os.environ)))
     processes = [
-        subprocess.Popen(["bash", "scripts/start.sh", role], cwd=REPO, env=env)
-        for role in ("web", "agents", "worker", "beat", "relays")
+        subprocess.Popen(["bash", "scripts/start.sh", role], cwd=REPO, env=env) for role in ROLES
     ]
     url = env.get("ACTIVATE_PUBLIC_URL", "http://127.0.0.1:8000")
     print(

@@ -1,11 +1,33 @@
 #!/usr/bin/env bash
 # The one way each process of the platform starts: `make run`, Docker and operators share it.
-#   scripts/start.sh web|agents|worker|beat|relays
+#   scripts/start.sh web|agents|worker|sweeper|beat|relays
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 BIN=$(dirname "$PY")
+# Every process of this host writes its metrics to files in one directory, which the web
+# server's /metrics adds up (prometheus_client's multiprocess mode). Never emptied here, since
+# the others' files are in it: `make run` empties it before it starts them all.
+export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-${ACTIVATE_DATA_DIR:-data}/metrics}
+(umask 077 && mkdir -p "$PROMETHEUS_MULTIPROC_DIR")
+
+# celery_worker QUEUE CONCURRENCY NAME: a Celery worker consuming QUEUE only. One whose consumer
+# got stuck after a broker outage exits 70 (activate/watchdog.py) and is started again here; any
+# other end is this script's.
+celery_worker() {
+  local child=""
+  trap '[ -n "$child" ] && kill -TERM "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
+  while true; do
+    "$BIN/celery" -A activate worker --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \
+      --queues "$1" --concurrency "$2" --hostname "$3@%h" &
+    child=$!
+    status=0
+    wait "$child" || status=$?
+    [ "$status" -eq 70 ] || exit "$status"
+    echo "celery $3: its consumer was stuck; starting it again" >&2
+  done
+}
 
 case "${1:-}" in
   web)
@@ -33,21 +55,16 @@ case "${1:-}" in
       --timeout-graceful-shutdown 10 --no-server-header --no-access-log
     ;;
   worker)
-    # A worker whose consumer got stuck after a broker outage exits 70 (activate/watchdog.py)
-    # and is started again here; any other end is this script's.
-    child=""
-    trap '[ -n "$child" ] && kill -TERM "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
-    while true; do
-      "$BIN/celery" -A activate worker --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \
-        --concurrency "${ACTIVATE_CELERY_CONCURRENCY:-4}" --hostname "worker@%h" &
-      child=$!
-      status=0
-      wait "$child" || status=$?
-      [ "$status" -eq 70 ] || exit "$status"
-      echo "celery worker: its consumer was stuck; starting it again" >&2
-    done
+    # Polls, submissions, cancels, sessions' starts: everything but the sweeps (unless
+    # ACTIVATE_WORKER_QUEUES=celery,sweeps: one worker for all, as before the sweeper).
+    celery_worker "${ACTIVATE_WORKER_QUEUES:-celery}" "${ACTIVATE_CELERY_CONCURRENCY:-4}" worker
+    ;;
+  sweeper)
+    # The sweeps only (settings SWEEP_TASKS), so no slow poll or submission delays them.
+    celery_worker sweeps "${ACTIVATE_SWEEPER_CONCURRENCY:-2}" sweeper
     ;;
   beat)
+    # Run one on every host: the one holding the beat lease in Redis sends (activate/beat.py).
     mkdir -p data
     exec "$BIN/celery" -A activate beat --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \
       --schedule "${ACTIVATE_BEAT_SCHEDULE_FILE:-data/celerybeat-schedule}"
@@ -58,7 +75,7 @@ case "${1:-}" in
     exec "$PY" manage.py run_relays
     ;;
   *)
-    echo "usage: $0 web|agents|worker|beat|relays" >&2
+    echo "usage: $0 web|agents|worker|sweeper|beat|relays" >&2
     exit 2
     ;;
 esac

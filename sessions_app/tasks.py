@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import Task, shared_task
 
 from sessions_app import services
+from workers_app import sweep_lag
 
 # A pending session's worker may wait in the queue for long: back off to this many seconds.
 MAX_RETRY_DELAY = 30
@@ -30,9 +31,13 @@ def stop_program(session_id: int) -> None:
 
 @shared_task
 def sweep_sessions() -> int:
-    return services.sweep_sessions()
+    queued = services.sweep_sessions()
+    sweep_lag.note_completed("sessions")
+    return queued
 
 
 @shared_task
 def sweep_idle_sessions() -> dict[str, int]:
-    return services.sweep_idle_sessions()
+    done = services.sweep_idle_sessions()
+    sweep_lag.note_completed("idle_sessions")
+    return done

@@ -5,11 +5,14 @@ from django.http import HttpRequest, JsonResponse
 
 from workers_app.connections import connections_held_everywhere
 from workers_app.redis_connection import redis_client
+from workers_app.sweep_lag import sweep_lag
 
 
 def health(request: HttpRequest) -> JsonResponse:
-    """Reachability of the database and Redis (503 when either is down), and how many SSH
-    connections the platform's processes hold.
+    """Reachability of the database and Redis (503 when either is down), how many SSH
+    connections the platform's processes hold, and each sweep's lag (seconds since it last
+    completed). A large lag does not make this 503: every web server would then leave the load
+    balancer for what is the sweeper's or beat's trouble; monitors alert on the field instead.
 
     Anyone may ask (load balancers, monitors), so a failure is named but its exception text,
     which can carry hosts, ports and user names, is shown to staff only.
@@ -28,14 +31,21 @@ def health(request: HttpRequest) -> JsonResponse:
     except Exception as exc:
         checks["database"] = failed(exc)
     ssh_connections = None
+    lag: dict[str, float | None] | None = None
     try:
         redis_client().ping()
         checks["redis"] = "ok"
         ssh_connections = connections_held_everywhere()
+        lag = sweep_lag()
     except Exception as exc:
         checks["redis"] = failed(exc)
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse(
-        {"status": "ok" if healthy else "error", **checks, "ssh_connections": ssh_connections},
+        {
+            "status": "ok" if healthy else "error",
+            **checks,
+            "ssh_connections": ssh_connections,
+            "sweep_lag": lag,
+        },
         status=200 if healthy else 503,
     )

@@ -10,7 +10,7 @@ from celery import Task, shared_task
 from celery.signals import task_postrun
 from django.conf import settings
 
-from workers_app import clusters, connections, jobs, sweeps
+from workers_app import clusters, connections, jobs, sweep_lag, sweeps
 from workers_app.models import Cluster, Worker
 
 
@@ -77,17 +77,23 @@ def _in_batches(task: Task, batch: Callable[[int], int]) -> int:
 
 @shared_task
 def sweep_timeouts() -> int:
-    return _in_batches(sweep_timeouts, lambda limit: sweeps.sweep_timeouts(limit=limit))
+    handled = _in_batches(sweep_timeouts, lambda limit: sweeps.sweep_timeouts(limit=limit))
+    sweep_lag.note_completed("timeouts")
+    return handled
 
 
 @shared_task
 def sweep_idle() -> dict[str, int]:
-    return sweeps.sweep_idle_workers()
+    done = sweeps.sweep_idle_workers()
+    sweep_lag.note_completed("idle")
+    return done
 
 
 @shared_task
 def sweep_heartbeats() -> int:
-    return sweeps.sweep_heartbeats()
+    stopped = sweeps.sweep_heartbeats()
+    sweep_lag.note_completed("heartbeats")
+    return stopped
 
 
 def _dispatch_batch(limit: int) -> int:

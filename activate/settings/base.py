@@ -184,6 +184,14 @@ ACTIVATE_SSH_STREAMS_PER_CONNECTION = env.integer(
     "ACTIVATE_SSH_STREAMS_PER_CONNECTION", 8, minimum=1
 )
 ACTIVATE_SSH_IDLE_TIMEOUT = env.number("ACTIVATE_SSH_IDLE_TIMEOUT", 600, minimum=1)
+# Prometheus may read /metrics with this bearer token (staff sessions may anyway); empty: off.
+# Long and random, as it is compared like a password.
+ACTIVATE_METRICS_TOKEN = env.matching(
+    "ACTIVATE_METRICS_TOKEN",
+    "",
+    pattern=r"|[A-Za-z0-9._~+/=-]{32,256}",
+    meaning="empty or 32 to 256 letters, digits and ._~+/=- (e.g. `openssl rand -hex 32`)",
+)
 ACTIVATE_SSH_MAX_CONNECTIONS = env.integer("ACTIVATE_SSH_MAX_CONNECTIONS", 64, minimum=1)
 # Relays on login hosts (clusters whose agents go via the login host; `run_relays` keeps them):
 # how often each is checked, and the lease that keeps it to one per cluster and installation.
@@ -223,6 +231,17 @@ require_less_than(
     ("ACTIVATE_RELAY_LEASE", ACTIVATE_RELAY_LEASE),
     ("ACTIVATE_HEARTBEAT_TIMEOUT", ACTIVATE_HEARTBEAT_TIMEOUT),
 )
+# Celery beat runs on every host; the one holding this lease in Redis sends the schedule, and
+# another takes over within a lease when it dies (activate/beat.py). 0: no lease, every beat
+# process sends (one beat only; or to show two at once are harmless, drills/two_beats.py).
+ACTIVATE_BEAT_LEASE = env.number("ACTIVATE_BEAT_LEASE", 15, minimum=0)
+if ACTIVATE_BEAT_LEASE:
+    # The holder's last send and its successor's first are at least 3/4 of a lease apart (it
+    # renews every quarter of one): more than a sweep interval, so no sweep goes out twice.
+    require_less_than(
+        ("ACTIVATE_SWEEP_INTERVAL", ACTIVATE_SWEEP_INTERVAL),
+        ("3/4 * ACTIVATE_BEAT_LEASE", 3 / 4 * ACTIVATE_BEAT_LEASE),
+    )
 require_less_than(
     ("ACTIVATE_POLL_INTERVAL", ACTIVATE_POLL_INTERVAL),
     ("ACTIVATE_PENDING_TIMEOUT", ACTIVATE_PENDING_TIMEOUT),
@@ -354,6 +373,21 @@ CELERY_BEAT_SCHEDULE = {
         "sessions_app.tasks.sweep_idle_sessions", ACTIVATE_IDLE_SWEEP_INTERVAL
     ),
 }
+
+# The sweeps run on a Celery worker of their own (`scripts/start.sh sweeper`, consuming only
+# this queue): slow polls and submissions filling the ordinary worker never delay them. They
+# touch only the database and Redis (what they start over SSH goes on as tasks of its own).
+SWEEP_QUEUE = "sweeps"
+SWEEP_TASKS = (
+    "workers_app.tasks.sweep_timeouts",
+    "workers_app.tasks.sweep_heartbeats",
+    "workers_app.tasks.sweep_idle",
+    "sessions_app.tasks.sweep_sessions",
+    "sessions_app.tasks.sweep_idle_sessions",
+)
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {task: {"queue": SWEEP_QUEUE} for task in SWEEP_TASKS}
+CELERY_BEAT_SCHEDULER = "activate.beat:LeasedScheduler"
 
 LOGGING = {
     "version": 1,

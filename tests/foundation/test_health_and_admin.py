@@ -8,7 +8,7 @@ import yaml
 from django.test import Client
 
 from tests.factories import ClusterFactory
-from workers_app import redis_connection
+from workers_app import redis_connection, sweep_lag
 from workers_app.models import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +28,7 @@ def test_health_reports_database_and_redis(client: Client) -> None:
         "database": "ok",
         "redis": "ok",
         "ssh_connections": 0,
+        "sweep_lag": dict.fromkeys(sweep_lag.KINDS),
     }
 
 
@@ -51,6 +52,7 @@ def test_health_names_what_is_down_without_its_exception_to_anonymous_callers(
         "database": "ok",
         "redis": "error",
         "ssh_connections": None,
+        "sweep_lag": None,
     }
     assert "127.0.0.1" not in response.content.decode()
 
@@ -108,10 +110,10 @@ def test_the_admin_stores_a_pasted_key_encrypted_and_keeps_it_when_left_empty(
 def test_docker_files_reference_what_exists() -> None:
     compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
     roles = {name: svc.get("command") for name, svc in compose["services"].items()}
-    for role in ("web", "agents", "worker", "beat", "relays"):
+    for role in ("web", "agents", "worker", "sweeper", "beat", "relays"):
         assert roles[role] == [role]
     start = (REPO / "scripts" / "start.sh").read_text()
-    for role in ("web)", "agents)", "worker)", "beat)", "relays)"):
+    for role in ("web)", "agents)", "worker)", "sweeper)", "beat)", "relays)"):
         assert role in start
     for line in (REPO / "docker" / "Dockerfile").read_text().splitlines():
         if line.startswith("COPY "):

@@ -74,6 +74,7 @@ def small_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]
         platform.start_deployed_web(workers=1, threads=1)
         platform.start_agents()
         platform.start_worker()
+        platform.start_sweeper()
         platform.start_beat()
         yield platform
     finally:

@@ -1,0 +1,129 @@
+"""Celery beat on every host, one sending at a time: a lease in Redis.
+
+Each beat process keeps its schedule as usual but sends due tasks only while it holds the lease
+(``activate:beat-lease:<installation>``: SET NX PX with a token of its own, renewed by the
+holder at every tick, released on a clean exit). When the holder dies another beat takes the
+lease within one lease period and sends what is due at once; until then it only asks again.
+ACTIVATE_BEAT_LEASE=0 turns the lease off: every beat process sends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+import redis
+from celery.beat import PersistentScheduler
+from django.conf import settings
+
+from workers_app.redis_connection import redis_client
+
+log = logging.getLogger(__name__)
+LEASE_KEY = "activate:beat-lease:"
+# The holder renews at least this often (a share of the lease), so a successor cannot take
+# over before 3/4 of a lease after the holder's last send.
+RENEW_SHARE = 0.25
+# A standby asks for the lease this often (a share of the lease), capped in seconds.
+STANDBY_SHARE = 0.1
+STANDBY_MAX = 1.0
+
+# Renew our own lease, or take it if it lapsed; never someone else's.
+_HOLD = """
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not current then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def lease_key() -> str:
+    return f"{LEASE_KEY}{settings.ACTIVATE_INSTALLATION_ID}"
+
+
+class BeatLease:
+    """One holder at a time. Held until its time runs out by our own clock, counted from before
+    the request that took or renewed it, so a holder cut off from Redis stops sending before
+    anyone else may take the lease."""
+
+    def __init__(
+        self, client: redis.Redis, key: str, seconds: float, *, token: str | None = None
+    ) -> None:
+        self.client = client
+        self.key = key
+        self.seconds = seconds
+        self.token = token or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.until = 0.0
+
+    def hold(self) -> bool:
+        """Take or renew the lease: whether we hold it now."""
+        started = time.monotonic()
+        try:
+            kept = bool(
+                self.client.eval(_HOLD, 1, self.key, self.token, max(1, int(self.seconds * 1000)))
+            )
+        except redis.RedisError as exc:
+            log.warning("beat lease %s not renewed: %s", self.key, exc)
+            return self.held()
+        self.until = started + self.seconds if kept else 0.0
+        return kept
+
+    def held(self) -> bool:
+        return time.monotonic() < self.until
+
+    def holder(self) -> str | None:
+        value = self.client.get(self.key)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def release(self) -> bool:
+        """Give the lease up if it is ours (compare-and-delete): whether it was."""
+        self.until = 0.0
+        try:
+            return bool(self.client.eval(_RELEASE, 1, self.key, self.token))
+        except redis.RedisError:
+            return False  # it lapses on its own
+
+
+class LeasedScheduler(PersistentScheduler):
+    """celery.beat's persistent scheduler, sending only while it holds the beat lease."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        seconds = float(settings.ACTIVATE_BEAT_LEASE)
+        self.lease = BeatLease(redis_client(), lease_key(), seconds) if seconds else None
+        # None until the first tick says which it is.
+        self.holding: bool | None = None
+        super().__init__(*args, **kwargs)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        if self.lease is None:
+            return float(super().tick(*args, **kwargs))
+        lease = self.lease
+        holding = lease.hold()
+        if holding != self.holding:
+            self.holding = holding
+            if holding:
+                log.info("beat lease %s taken by %s: sending the schedule", lease.key, lease.token)
+            else:
+                log.info("beat lease %s not ours: standing by", lease.key)
+        if not holding:
+            return min(STANDBY_MAX, STANDBY_SHARE * lease.seconds)
+        return min(float(super().tick(*args, **kwargs)), RENEW_SHARE * lease.seconds)
+
+    def close(self) -> None:
+        if self.lease is not None and self.holding:
+            self.holding = False
+            if self.lease.release():
+                log.info("beat lease %s released", self.lease.key)
+        super().close()
