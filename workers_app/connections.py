@@ -23,6 +23,7 @@ import redis
 from django.conf import settings
 
 from workers_app.keystore import KeyDecryptionError
+from workers_app.metrics import families
 from workers_app.models import Cluster, ClusterAccount, Worker
 from workers_app.redis_connection import redis_client
 from workers_app.schedulers import adapter_class
@@ -42,6 +43,8 @@ _connections: dict[CommandKey, tuple[tuple[str, ...], SSHConnection]] = {}
 # default), closed with their last stream: an open shell never competes with the polls.
 _stream_connections: dict[ConnectionKey, dict[SSHConnection, int]] = {}
 _lock = threading.Lock()
+# Cluster names by id, for the metrics of connections whose cluster object is gone from hand.
+_cluster_names: dict[int, str] = {}
 
 
 def _fingerprint(*parts: object) -> tuple[str, ...]:
@@ -85,6 +88,7 @@ def new_connection(
             settings.ACTIVATE_SSH_COMMAND_TIMEOUT if command_timeout is None else command_timeout
         ),
         max_channels=settings.ACTIVATE_SSH_MAX_CHANNELS if max_channels is None else max_channels,
+        on_channel_wait=families.SSH_CHANNEL_WAITS.labels(cluster.name).observe,
     )
 
 
@@ -114,7 +118,8 @@ def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> S
             _connections[chosen] = (fingerprint, new_connection(cluster, account))
         connection = _connections[chosen][1]
         stale += _evict_locked(keep=chosen)
-        held = len(_connections)
+        _cluster_names[cluster.pk] = cluster.name
+        held = _held_by_cluster_locked()
     for old in stale:
         old.close()
     _publish(held)
@@ -189,7 +194,7 @@ def close_idle_connections() -> int:
     """Close connections idle past the limit; returns how many were closed."""
     with _lock:
         evicted = _evict_locked(keep=(0, 0, -1))
-        held = len(_connections)
+        held = _held_by_cluster_locked()
     for connection in evicted:
         connection.close()
     if evicted:
@@ -197,7 +202,17 @@ def close_idle_connections() -> int:
     return len(evicted)
 
 
-def _publish(held: int) -> None:
+def _held_by_cluster_locked() -> dict[str, int]:
+    held: dict[str, int] = {}
+    for cluster_id, _, _ in _connections:
+        name = _cluster_names.get(cluster_id, str(cluster_id))
+        held[name] = held.get(name, 0) + 1
+    return held
+
+
+def _publish(by_cluster: dict[str, int]) -> None:
+    families.ssh_connections_held(by_cluster)
+    held = sum(by_cluster.values())
     key = f"{COUNT_KEY_PREFIX}{socket.gethostname()}:{os.getpid()}"
     try:
         redis_client().set(key, held, ex=int(max(60, 2 * settings.ACTIVATE_SSH_IDLE_TIMEOUT)))
@@ -223,6 +238,7 @@ def close_all_connections() -> None:
     with _lock:
         connections = [conn for _, conn in _connections.values()]
         _connections.clear()
+    families.ssh_connections_held({})
     for connection in connections:
         connection.close()
 
@@ -231,10 +247,11 @@ def _forget_connections_after_fork() -> None:
     # A forked child (Celery prefork) must not touch the parent's sockets or locks: it starts
     # with no connections, and never closes the inherited ones (that would disconnect the
     # parent's session).
-    global _connections, _stream_connections, _lock
+    global _connections, _stream_connections, _lock, _cluster_names
     _connections = {}
     _stream_connections = {}
     _lock = threading.Lock()
+    _cluster_names = {}
 
 
 os.register_at_fork(after_in_child=_forget_connections_after_fork)

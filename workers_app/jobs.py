@@ -8,6 +8,7 @@ always spoken to as the account it runs under (the user's own, or a shared clust
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from workers_app.agents.signing import AgentKey, issue_agent_key
 from workers_app.clusters import note_cluster_contact
 from workers_app.connections import KeyUnusable, adapter_for, adapter_for_worker
 from workers_app.locks import submission_locks
+from workers_app.metrics import families
 from workers_app.models import Cluster, ClusterAccount, Worker, job_name_prefix
 from workers_app.node import agent_source
 from workers_app.schedulers.base import (
@@ -34,6 +36,7 @@ from workers_app.schedulers.base import (
 )
 from workers_app.statuses import WITH_JOB, WorkerStatus
 from workers_app.terminals import kept
+from workers_app.transport.connection import commands_run_total
 from workers_app.transport.errors import AuthenticationFailed, CommandTimeout, SSHError
 
 S = WorkerStatus
@@ -173,6 +176,7 @@ def _submit_locked(workers: list[Worker]) -> dict[int, str]:
         note_account_refused(workers[0].account, str(exc))
         for worker in workers:
             lifecycle.fail_worker(worker, reason=reason_for_users(cluster, exc))
+        families.SUBMISSIONS.labels(cluster.name, "account_refused").inc(len(workers))
         return dict.fromkeys((w.pk for w in workers), "account refused")
     except (SSHError, QueryFailed, SchedulerUnavailable) as exc:
         # Unknown outcome (sbatch may have made the jobs): the next attempt looks them up.
@@ -183,16 +187,18 @@ def _submit_locked(workers: list[Worker]) -> dict[int, str]:
         note_cluster_contact(cluster)
         for worker in workers:
             lifecycle.fail_worker(worker, reason=f"The scheduler refused the job: {exc}")
+        families.SUBMISSIONS.labels(cluster.name, "refused").inc(len(workers))
         return dict.fromkeys((w.pk for w in workers), "refused")
     note_cluster_contact(cluster)
     for worker, job_id in adopted:
         lifecycle.record_event(worker, f"Found job {job_id} already submitted; adopted it")
-        outcomes[worker.pk] = _record_submitted(worker, job_id)
+        outcomes[worker.pk] = _record_submitted(worker, job_id, outcome="adopted")
     for worker, result in zip(fresh, results, strict=True):
         if isinstance(result, SchedulerUnavailable):
             outcomes[worker.pk] = _wait_for_cluster(worker, cluster, result)
         elif isinstance(result, SchedulerError):
             lifecycle.fail_worker(worker, reason=f"The scheduler refused the job: {result}")
+            families.SUBMISSIONS.labels(cluster.name, "refused").inc()
             outcomes[worker.pk] = "refused"
         else:
             outcomes[worker.pk] = _record_submitted(worker, result)
@@ -211,11 +217,13 @@ def _specs_with_new_secrets(workers: list[Worker]) -> list[JobSpec]:
     return [job_spec(w, key) for w, key in zip(workers, keys, strict=True)]
 
 
-def _record_submitted(worker: Worker, job_id: str) -> str:
+def _record_submitted(worker: Worker, job_id: str, *, outcome: str = "submitted") -> str:
     with transaction.atomic():
         if not lifecycle.mark_submitted(worker, job_id=job_id):
             lifecycle.record_job_to_cancel(worker, job_id=job_id)
+            families.SUBMISSIONS.labels(worker.cluster.name, "ended_meanwhile").inc()
             return f"worker ended meanwhile; cancelling job {job_id}"
+    families.SUBMISSIONS.labels(worker.cluster.name, outcome).inc()
     return f"submitted as job {job_id}"
 
 
@@ -227,6 +235,7 @@ def _wait_for_cluster(worker: Worker, cluster: Cluster, exc: Exception) -> str:
         next_attempt_at=timezone.now() + timedelta(seconds=delay),
     )
     log.warning("submission of %s waits %gs: %s", worker.public_id, delay, exc)
+    families.SUBMISSIONS.labels(cluster.name, "waiting").inc()
     return f"cluster unavailable, retry in {delay:g}s"
 
 
@@ -242,10 +251,12 @@ def cancel_worker_job(worker_id: int) -> str:
         return "nothing to cancel"
     if not worker.scheduler_job_id:
         lifecycle.confirm_job_gone(worker)
+        families.CANCELS.labels(worker.cluster.name, "no_job").inc()
         return "no job"
     try:
         adapter = adapter_for_worker(worker)
     except SSHError as exc:
+        families.CANCELS.labels(worker.cluster.name, "unreachable").inc()
         return f"cannot reach the cluster: {exc}"
     return attempt_cancel(worker, adapter)
 
@@ -270,20 +281,25 @@ def attempt_cancel(worker: Worker, adapter: SchedulerAdapter) -> str:
     job_id = worker.scheduler_job_id
     if not _claim_cancel_attempt(worker, timezone.now()):
         return "the next cancel attempt is not due"
+    cancels = families.CANCELS
     try:
         adapter.cancel(job_id)
         result = adapter.query([job_id])
     except (SSHError, QueryFailed) as exc:
         note_cluster_contact(worker.cluster, error=exc)
+        cancels.labels(worker.cluster.name, "not_confirmed").inc()
         return f"cancel of job {job_id} not confirmed: {exc}"
     except SchedulerError as exc:
         note_cluster_contact(worker.cluster)
+        cancels.labels(worker.cluster.name, "refused").inc()
         return f"the scheduler refused to cancel job {job_id}: {exc}"
     note_cluster_contact(worker.cluster)
     info = result.get(job_id)
     if info is None or info.phase is Phase.ENDED:
         lifecycle.confirm_job_gone(worker)
+        cancels.labels(worker.cluster.name, "cancelled").inc()
         return "cancelled"
+    cancels.labels(worker.cluster.name, "still_listed").inc()
     return f"job {job_id} is still {info.state}"
 
 
@@ -329,6 +345,7 @@ def poll_cluster(cluster_id: int) -> int:
     Each account sees its own jobs only, so each is asked as itself.
     """
     cluster = Cluster.objects.get(pk=cluster_id)
+    started, commands = time.monotonic(), commands_run_total()
     workers = list(
         Worker.objects.filter(cluster=cluster)
         .to_poll()
@@ -355,6 +372,9 @@ def poll_cluster(cluster_id: int) -> int:
             worker.cluster = cluster
             _apply(worker, result.get(worker.scheduler_job_id), adapter)
         checked += len(group)
+    # A Celery process runs one task at a time, so the process's count is this poll's.
+    families.POLL_COMMANDS.labels(cluster.name).observe(commands_run_total() - commands)
+    families.POLL_CYCLE.labels(cluster.name).observe(time.monotonic() - started)
     return checked
 
 

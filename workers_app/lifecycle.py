@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from workers_app import effects, signals
 from workers_app.agents import heartbeats
+from workers_app.metrics import families
 from workers_app.models import Worker, WorkerEvent
 from workers_app.statemachine import StateMachine
 from workers_app.statuses import FINISHED, TRANSITIONS, WorkerStatus
@@ -163,9 +164,14 @@ def mark_connected(
         fields["started_at"] = now
     if job_id and not worker.scheduler_job_id:
         fields["scheduler_job_id"] = job_id
-    return _change(
+    changed = _change(
         worker, S.CONNECTED, allowed_from=[S.QUEUED, S.STARTING], reason="", fields=fields, now=now
     )
+    if changed:
+        waited = (now - worker.created_at).total_seconds()
+        cluster = worker.cluster.name
+        transaction.on_commit(lambda: families.REQUEST_TO_CONNECTED.labels(cluster).observe(waited))
+    return changed
 
 
 def request_stop(worker: Worker, *, reason: str = REASON_DELETED) -> bool:

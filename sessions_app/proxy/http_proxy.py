@@ -14,6 +14,7 @@ from django.conf import settings
 from django.shortcuts import resolve_url
 
 from activate.websocket_auth import Scope
+from sessions_app import metrics
 from sessions_app.proxy import headers as headers_for
 from sessions_app.proxy import limits
 from sessions_app.proxy.target import (
@@ -88,8 +89,10 @@ class SessionHttpProxy:
             reader, writer = await open_pipe(target)
         except SSHError as exc:
             if await program_check(session.pk):
+                metrics.proxy_failed(target.kind.name, "unreachable")
                 await plain(send, 502, f"The session's node cannot be reached: {exc}")
             else:
+                metrics.proxy_failed(target.kind.name, "program_ended")
                 await plain(send, 503, f"This session has ended. {REASON_PROGRAM_ENDED}.")
             return
         try:
@@ -134,6 +137,7 @@ async def _upload(
                 raise _BodyTooLarge
             if chunk:
                 target.note_traffic()
+                metrics.to_node(target.kind.name, len(chunk))
                 writer.write(client.send(h11.Data(data=chunk)))
                 await writer.drain()
             if not message.get("more_body"):
@@ -187,6 +191,7 @@ async def _forward(
     if upload.done() and not upload.cancelled() and isinstance(upload.exception(), _BodyTooLarge):
         await plain(send, 413, "The request body is too large.")
     else:
+        metrics.proxy_failed(target.kind.name, "program_closed")
         await plain(send, 502, "The session's program closed the connection.")
 
 
@@ -200,8 +205,10 @@ async def _relay_response(
         while True:
             event = client.next_event()
             if event is h11.NEED_DATA:
-                client.receive_data(await reader.read(65536))
+                data = await reader.read(65536)
+                client.receive_data(data)
                 target.note_traffic()
+                metrics.to_browser(target.kind.name, len(data))
                 continue
             if isinstance(event, h11.Response):
                 started = True

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 from typing import Protocol
 
+from sessions_app import metrics
 from sessions_app.proxy.target import Target, open_pipe
 
 CHUNK = 65536
@@ -44,6 +45,7 @@ class RawBridge:
         try:
             while data := await reader.read(CHUNK):
                 self.target.note_traffic()
+                metrics.to_browser(self.target.kind.name, len(data))
                 await self.consumer.send(bytes_data=data)
         except (ConnectionError, OSError):
             pass
@@ -51,6 +53,7 @@ class RawBridge:
 
     async def from_browser(self, data: bytes) -> None:
         self.target.note_traffic()
+        metrics.to_node(self.target.kind.name, len(data))
         try:
             self.writer.write(data)
             await self.writer.drain()

@@ -15,6 +15,7 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
+from sessions_app import metrics
 from sessions_app.proxy import limits
 from sessions_app.proxy.raw_bridge import RawBridge
 from sessions_app.proxy.target import (
@@ -78,7 +79,8 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
                 return
             reader, writer = await open_pipe(target)
         except SSHError:
-            await program_check(session.pk)
+            alive = await program_check(session.pk)
+            metrics.proxy_failed(target.kind.name, "unreachable" if alive else "program_ended")
             await self.refuse(SESSION_UNAVAILABLE)
             return
         self.writer = writer
@@ -114,6 +116,7 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
         response = await self._handshake(reader)
         if response is None:
             writer.close()
+            metrics.proxy_failed(target.kind.name, "handshake")
             await self.refuse(SESSION_UNAVAILABLE)
             return
         await self.accept(subprotocol=response.headers.get("Sec-WebSocket-Protocol"))
@@ -185,6 +188,7 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
                 data = await reader.read(65536)
                 if self.target is not None:
                     self.target.note_traffic()
+                    metrics.to_browser(self.target.kind.name, len(data))
                 if not data:
                     self.protocol.receive_eof()
                     await self.close()
@@ -206,6 +210,8 @@ class SessionWebSocketProxy(AsyncWebsocketConsumer):
             return
         if self.protocol is None or self.writer is None:
             return
+        if self.target is not None:
+            metrics.to_node(self.target.kind.name, len(data))
         if bytes_data is not None:
             self.protocol.send_binary(bytes_data)
         elif text_data is not None:

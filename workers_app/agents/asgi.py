@@ -33,6 +33,7 @@ from workers_app.agents.heartbeats import BEAT_SCRIPT, Beat, Beaten, HeartbeatSt
 from workers_app.agents.service import LAST_SEEN_GRANULARITY
 from workers_app.agents.signing import SignedCall
 from workers_app.agents.views import BEAT_FIELDS, MAX_BODY, parse_payload
+from workers_app.metrics import families
 
 log = logging.getLogger(__name__)
 # The server's own access log (uvicorn's is off): every request but the successful beats, which
@@ -76,6 +77,7 @@ class AgentServer:
             await self._lifespan(receive, send)
         elif scope["type"] == "http" and scope["path"] == self.path and scope["method"] == "POST":
             status, body, call = await self._heartbeat(scope, receive)
+            families.heartbeat_answered(status)
             headers = [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

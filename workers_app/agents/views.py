@@ -24,6 +24,7 @@ from workers_app.agents.activity import FIELDS as ACTIVITY_FIELDS
 from workers_app.agents.activity import activity_of
 from workers_app.agents.errors import AgentRefused
 from workers_app.agents.signing import SignedCall
+from workers_app.metrics import families
 from workers_app.redis_connection import redis_client
 
 MAX_BODY = 4096
@@ -128,7 +129,9 @@ def heartbeat(request: HttpRequest) -> JsonResponse:
         agent_service.record_heartbeat(call.worker, call.key_hash, nonce=nonce, activity=activity)
         return {"status": "ok", "activity_error": problem} if problem else {"status": "ok"}
 
-    return _signed_call(request, handle, nonce=False)
+    response = _signed_call(request, handle, nonce=False)
+    families.heartbeat_answered(response.status_code)
+    return response
 
 
 def parse_session_ids(body: bytes, call: SignedCall) -> list[str]:

@@ -21,6 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from workers_app.idle import note_traffic
+from workers_app.metrics import families
 from workers_app.terminals.service import (
     BAD_REQUEST,
     FORBIDDEN_ORIGIN,
@@ -46,6 +47,7 @@ OUTBOX_FRAMES = 64
 class TerminalConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.stream: Stream | None = None
+        self.counted = False
         self.record_id: int | None = None
         self.starting = False
         self.finished = False
@@ -127,6 +129,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await asyncio.to_thread(stream.close)
             await self.record_close(None, "the client left")
             return
+        self.counted = True
+        families.TERMINALS_OPEN.inc()
         await self.send(text_data=json.dumps({"type": "started", "terminal": record.pk}))
         self.last_activity = time.monotonic()
         stream.start(self.on_output, self.on_end)
@@ -198,6 +202,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         for task in self.tasks:
             if task is not current:
                 task.cancel()
+        if self.counted:
+            self.counted = False
+            families.TERMINALS_OPEN.dec()
         if self.stream is not None:
             await asyncio.to_thread(self.stream.close)
         await self.record_close(status, why)

@@ -160,6 +160,7 @@ class SSHConnection:
         connect_timeout: float,
         command_timeout: float,
         max_channels: int,
+        on_channel_wait: Callable[[float], None] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -169,6 +170,8 @@ class SSHConnection:
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self.max_channels = max_channels
+        # Told the seconds a command waited for a channel slot, when it had to (metrics).
+        self.on_channel_wait = on_channel_wait
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_channels)
@@ -368,7 +371,7 @@ class SSHConnection:
             self.in_use += 1
             self.commands += 1
         try:
-            if not self._slots.acquire(timeout=limit):
+            if not self._take_slot(limit):
                 raise CommandTimeout(f"all {self.max_channels} channels to {self.host} stayed busy")
             try:
                 channel = self._open_channel()
@@ -391,6 +394,15 @@ class SSHConnection:
                 self.in_use -= 1
                 self.commands -= 1
                 self.last_used = time.monotonic()
+
+    def _take_slot(self, timeout: float) -> bool:
+        if self._slots.acquire(blocking=False):
+            return True
+        waiting_since = time.monotonic()
+        taken = self._slots.acquire(timeout=timeout)
+        if self.on_channel_wait is not None:
+            self.on_channel_wait(time.monotonic() - waiting_since)
+        return taken
 
     @property
     def channels_taken(self) -> bool:
