@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.report import Goal, Outcome, Table, seconds, times
-from harness import cells
+from harness import HarnessError, cells
 from harness.cluster import SshTarget, sshd_connections
 from harness.objects import forget_workers, register_cluster, run_id, run_user, start_afresh
 
@@ -289,6 +289,8 @@ def _gridengine(
     from workers_app.statuses import WorkerStatus
 
     cell = cells.cell("gridengine", target)
+    if not isinstance(cell, cells.GridEngineCell):
+        raise HarnessError("the test cluster's gridengine cell is not a Grid Engine cell")
     cluster = register_cluster(target, name="bench-gridengine", scheduler="gridengine")
     tag = f"bench-poll-ge-{run_id()}"
     ours: list[OursCycle] = []
