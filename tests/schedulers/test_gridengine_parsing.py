@@ -133,6 +133,14 @@ def test_the_script_names_no_environment_value_and_the_file_holds_them_quoted() 
     )
 
 
+@pytest.mark.parametrize("name", ["../../.ssh/authorized_keys", "a/b", "9starts-with-a-digit"])
+def test_a_job_name_that_could_leave_the_environment_folder_is_refused(name: str) -> None:
+    runner = FakeRunner()
+    with pytest.raises(SchedulerError, match="not one Grid Engine takes"):
+        GridEngineAdapter(runner).submit(spec(name=name))
+    assert runner.calls == []
+
+
 def test_a_parallel_environment_of_the_users_own_replaces_the_default() -> None:
     script = GridEngineAdapter(FakeRunner()).render_script(spec(directives=["-pe mpi 4"]))
     assert "#$ -pe mpi 4\n" in script and "-pe smp" not in script

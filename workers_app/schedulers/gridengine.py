@@ -331,6 +331,9 @@ class GridEngineAdapter(SchedulerAdapter):
         return "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(spec.environment.items()))
 
     def submit(self, spec: JobSpec) -> str:
+        if not NAME_ARGUMENT.fullmatch(spec.name):
+            # It names the environment's file too: no "/" may take that elsewhere.
+            raise SchedulerError(f"job name {spec.name!r} is not one Grid Engine takes")
         script = self.render_script(spec)
         environment = self.environment_file(spec)
         size = len(environment.encode())
@@ -433,7 +436,7 @@ class GridEngineAdapter(SchedulerAdapter):
             raise SchedulerError(f"job {job_id} is not running on a node")
         if not SAFE_VALUE.fullmatch(info.node):
             raise ValueError(f"not a node name: {info.node!r}")
-        # qrsh -inherit finds the job in JOB_ID; the task is the job's (its group id, limits).
+        # qrsh -inherit finds the job in JOB_ID; the task is accounted to the job, in its limits.
         return ["env", f"JOB_ID={job_id}", "SGE_TASK_ID=undefined", "qrsh", "-inherit", info.node]
 
     def run_in_job(
