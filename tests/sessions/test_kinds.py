@@ -151,7 +151,9 @@ def test_the_gate_passes_nothing_without_the_sessions_key_and_nothing_it_says_is
             through_gate(port, "s3cret", route="vnc")
         assert through_gate(port, "s3cret").endswith(b"hello s3cret")
     finally:
-        launcher.kill()
+        # SIGTERM: the launcher ends its program with it (SIGKILL would leave it serving).
+        launcher.terminate()
+        launcher.wait(timeout=15)
 
 
 def test_the_platform_sends_nothing_past_the_handshake_to_what_is_not_the_gate() -> None:
