@@ -10,8 +10,6 @@ ACTIVATE_BEAT_LEASE=0 turns the lease off: every beat process sends.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 import uuid
 from typing import Any
@@ -20,6 +18,7 @@ import redis
 from celery.beat import PersistentScheduler
 from django.conf import settings
 
+from workers_app.agents.relays.lease import RELEASE, RENEW_OR_TAKE, holder_name
 from workers_app.redis_connection import redis_client
 
 log = logging.getLogger(__name__)
@@ -30,23 +29,6 @@ RENEW_SHARE = 0.25
 # A standby asks for the lease this often (a share of the lease), capped in seconds.
 STANDBY_SHARE = 0.1
 STANDBY_MAX = 1.0
-
-# Renew our own lease, or take it if it lapsed; never someone else's.
-_HOLD = """
-local current = redis.call('GET', KEYS[1])
-if current == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-if not current then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 def lease_key() -> str:
@@ -64,7 +46,7 @@ class BeatLease:
         self.client = client
         self.key = key
         self.seconds = seconds
-        self.token = token or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.token = token or f"{holder_name()}:{uuid.uuid4().hex[:8]}"
         self.until = 0.0
 
     def hold(self) -> bool:
@@ -72,7 +54,9 @@ class BeatLease:
         started = time.monotonic()
         try:
             kept = bool(
-                self.client.eval(_HOLD, 1, self.key, self.token, max(1, int(self.seconds * 1000)))
+                self.client.eval(
+                    RENEW_OR_TAKE, 1, self.key, self.token, max(1, int(self.seconds * 1000))
+                )
             )
         except redis.RedisError as exc:
             log.warning("beat lease %s not renewed: %s", self.key, exc)
@@ -91,7 +75,7 @@ class BeatLease:
         """Give the lease up if it is ours (compare-and-delete): whether it was."""
         self.until = 0.0
         try:
-            return bool(self.client.eval(_RELEASE, 1, self.key, self.token))
+            return bool(self.client.eval(RELEASE, 1, self.key, self.token))
         except redis.RedisError:
             return False  # it lapses on its own
 

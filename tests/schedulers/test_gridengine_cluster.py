@@ -316,3 +316,8 @@ def test_a_waiting_jobs_environment_file_is_refused_to_a_neighbour_by_the_os(
     refused = as_user(neighbour, "cat", str(path))
     assert refused.returncode != 0 and "Permission denied" in refused.stderr
     assert secret not in refused.stdout
+    # Nor can he put an environment of his own (another platform URL) where the job reads one.
+    planted = as_user(neighbour, "sh", "-c", f"echo ACTIVATE_URL=http://evil > {path.parent}/x.env")
+    assert planted.returncode != 0 and "Permission denied" in planted.stderr
+    assert not (path.parent / "x.env").exists()
+    assert path.parent.stat().st_mode & 0o777 == 0o700

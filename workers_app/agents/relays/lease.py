@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 LEASE_KEY = "activate:relay-lease:"
 
 # Renew our own lease, or take it again if it lapsed and nobody else took it meanwhile.
-_RENEW = """
+RENEW_OR_TAKE = """
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -29,7 +29,7 @@ if not current then
 end
 return 0
 """
-_RELEASE = """
+RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
@@ -66,7 +66,7 @@ class Lease:
         """Whether we still hold it."""
         started = time.monotonic()
         try:
-            kept = bool(redis_client().eval(_RENEW, 1, self.key, self.token, self._ttl_ms()))
+            kept = bool(redis_client().eval(RENEW_OR_TAKE, 1, self.key, self.token, self._ttl_ms()))
         except redis.RedisError as exc:
             log.warning("relay lease %s not renewed: %s", self.key, exc)
             return self.held()
@@ -79,6 +79,6 @@ class Lease:
     def release(self) -> None:
         self.until = 0.0
         try:
-            redis_client().eval(_RELEASE, 1, self.key, self.token)
+            redis_client().eval(RELEASE, 1, self.key, self.token)
         except redis.RedisError:
             pass  # it lapses on its own
