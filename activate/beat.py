@@ -3,7 +3,9 @@
 Each beat process keeps its schedule as usual but sends due tasks only while it holds the lease
 (``activate:beat-lease:<installation>``: SET NX PX with a token of its own, renewed by the
 holder at every tick, released on a clean exit). When the holder dies another beat takes the
-lease within one lease period and sends what is due at once; until then it only asks again.
+lease and sends what is due at once, within one lease period (ACTIVATE_BEAT_LEASE): the key
+outlives the holder's last renewal by KEY_SHARE of a period and a standby asks every
+STANDBY_SHARE of one.
 ACTIVATE_BEAT_LEASE=0 turns the lease off: every beat process sends.
 """
 
@@ -23,10 +25,12 @@ from workers_app.redis_connection import redis_client
 
 log = logging.getLogger(__name__)
 LEASE_KEY = "activate:beat-lease:"
-# The holder renews at least this often (a share of the lease), so a successor cannot take
-# over before 3/4 of a lease after the holder's last send.
-RENEW_SHARE = 0.25
-# A standby asks for the lease this often (a share of the lease), capped in seconds.
+# Shares of a lease period. The key lives KEY_SHARE of one after each renewal and the holder
+# renews every RENEW_SHARE, so a successor's first send comes at least KEY_SHARE - RENEW_SHARE
+# after the holder's last (settings keep the sweep interval below that), and at most
+# KEY_SHARE + STANDBY_SHARE after the holder's death.
+KEY_SHARE = 0.8
+RENEW_SHARE = 0.1
 STANDBY_SHARE = 0.1
 STANDBY_MAX = 1.0
 
@@ -46,6 +50,7 @@ class BeatLease:
         self.client = client
         self.key = key
         self.seconds = seconds
+        self.ttl = seconds * KEY_SHARE
         self.token = token or f"{holder_name()}:{uuid.uuid4().hex[:8]}"
         self.until = 0.0
 
@@ -55,13 +60,13 @@ class BeatLease:
         try:
             kept = bool(
                 self.client.eval(
-                    RENEW_OR_TAKE, 1, self.key, self.token, max(1, int(self.seconds * 1000))
+                    RENEW_OR_TAKE, 1, self.key, self.token, max(1, int(self.ttl * 1000))
                 )
             )
         except redis.RedisError as exc:
             log.warning("beat lease %s not renewed: %s", self.key, exc)
             return self.held()
-        self.until = started + self.seconds if kept else 0.0
+        self.until = started + self.ttl if kept else 0.0
         return kept
 
     def held(self) -> bool:

@@ -236,11 +236,11 @@ require_less_than(
 # process sends (one beat only; or to show two at once are harmless, drills/two_beats.py).
 ACTIVATE_BEAT_LEASE = env.number("ACTIVATE_BEAT_LEASE", 15, minimum=0)
 if ACTIVATE_BEAT_LEASE:
-    # The holder's last send and its successor's first are at least 3/4 of a lease apart (it
-    # renews every quarter of one): more than a sweep interval, so no sweep goes out twice.
+    # The holder's last send and its successor's first are at least 0.7 of a lease apart
+    # (activate/beat.py): more than a sweep interval, so no sweep goes out twice.
     require_less_than(
         ("ACTIVATE_SWEEP_INTERVAL", ACTIVATE_SWEEP_INTERVAL),
-        ("3/4 * ACTIVATE_BEAT_LEASE", 3 / 4 * ACTIVATE_BEAT_LEASE),
+        ("0.7 * ACTIVATE_BEAT_LEASE", 0.7 * ACTIVATE_BEAT_LEASE),
     )
 require_less_than(
     ("ACTIVATE_POLL_INTERVAL", ACTIVATE_POLL_INTERVAL),
