@@ -16,7 +16,7 @@ from workers_app.redis_connection import redis_client
 
 log = logging.getLogger(__name__)
 DONE_KEY = "activate:sweep-done:"
-KINDS = ("timeouts", "heartbeats", "idle", "sessions", "idle_sessions")
+KINDS = ("timeouts", "heartbeats", "idle", "sessions", "idle_sessions", "terminals")
 
 
 def note_completed(kind: str, *, at: float | None = None) -> None:

@@ -12,6 +12,7 @@ from django.conf import settings
 
 from workers_app import clusters, connections, jobs, sweep_lag, sweeps
 from workers_app.models import Cluster, Worker
+from workers_app.terminals import service as terminals
 
 
 def _fan_out(task: Task, cluster_ids: list[int], *, expires: float) -> int:
@@ -87,6 +88,13 @@ def sweep_idle() -> dict[str, int]:
     done = sweeps.sweep_idle_workers()
     sweep_lag.note_completed("idle")
     return done
+
+
+@shared_task
+def sweep_terminals() -> int:
+    closed = terminals.close_lost_terminals()
+    sweep_lag.note_completed("terminals")
+    return closed
 
 
 @shared_task

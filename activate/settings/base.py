@@ -363,6 +363,7 @@ CELERY_BEAT_SCHEDULE = {
     "poll-schedulers": _beat("workers_app.tasks.poll_clusters", ACTIVATE_POLL_INTERVAL),
     "sweep-timeouts": _beat("workers_app.tasks.sweep_timeouts", ACTIVATE_SWEEP_INTERVAL),
     "sweep-heartbeats": _beat("workers_app.tasks.sweep_heartbeats", ACTIVATE_SWEEP_INTERVAL),
+    "sweep-terminals": _beat("workers_app.tasks.sweep_terminals", ACTIVATE_SWEEP_INTERVAL),
     "dispatch-pending": _beat("workers_app.tasks.dispatch_pending", ACTIVATE_SWEEP_INTERVAL),
     "probe-clusters": _beat("workers_app.tasks.probe_clusters", ACTIVATE_PROBE_INTERVAL),
     "reconcile-jobs": _beat("workers_app.tasks.reconcile_clusters", ACTIVATE_RECONCILE_INTERVAL),
@@ -381,6 +382,7 @@ SWEEP_QUEUE = "sweeps"
 SWEEP_TASKS = (
     "workers_app.tasks.sweep_timeouts",
     "workers_app.tasks.sweep_heartbeats",
+    "workers_app.tasks.sweep_terminals",
     "workers_app.tasks.sweep_idle",
     "sessions_app.tasks.sweep_sessions",
     "sessions_app.tasks.sweep_idle_sessions",

@@ -145,7 +145,7 @@ def test_sweep_tasks_go_to_the_sweeps_queue_and_the_rest_to_the_workers_queue() 
         return str(app.amqp.router.route({}, task)["queue"].name)
 
     sweeps = [e["task"] for n, e in settings.CELERY_BEAT_SCHEDULE.items() if n.startswith("sweep")]
-    assert len(sweeps) == 5
+    assert len(sweeps) == 6
     assert {queue(task) for task in sweeps} == {"sweeps"}
     for task in (
         "workers_app.tasks.poll_clusters",

@@ -23,6 +23,7 @@ from django.conf import settings
 from workers_app.idle import note_traffic
 from workers_app.metrics import families
 from workers_app.terminals.service import (
+    ALIVE_FOR,
     BAD_REQUEST,
     FORBIDDEN_ORIGIN,
     TIMED_OUT,
@@ -31,6 +32,7 @@ from workers_app.terminals.service import (
     TerminalRefused,
     close_terminal,
     find_worker,
+    note_alive,
     parse_resize,
     parse_start,
     record_opening,
@@ -49,6 +51,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.stream: Stream | None = None
         self.counted = False
         self.record_id: int | None = None
+        self.alive_noted = 0.0
         self.starting = False
         self.finished = False
         self.connected_at = self.last_activity = time.monotonic()
@@ -119,6 +122,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             return
         self.record_id = record.pk
         self.worker_id = worker.pk
+        self.alive_noted = time.monotonic()
+        await asyncio.to_thread(note_alive, record.pk)
         try:
             stream = await asyncio.to_thread(start_stream, worker, request)
         except TerminalRefused as exc:
@@ -177,6 +182,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         while not self.finished:
             await asyncio.sleep(WATCH_EVERY)
             now = time.monotonic()
+            if self.record_id is not None and now - self.alive_noted >= ALIVE_FOR / 4:
+                self.alive_noted = now
+                await asyncio.to_thread(note_alive, self.record_id)
             if self.stream is None and not self.starting and now - self.connected_at > START_WITHIN:
                 await self.refuse(TIMED_OUT, "No start message came.")
             elif self.stream is not None and now - self.last_activity > idle:

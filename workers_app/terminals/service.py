@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -12,9 +13,11 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
+from redis import RedisError
 
 from workers_app.connections import open_stream
 from workers_app.models import TerminalRecord, Worker
+from workers_app.redis_connection import redis_client
 from workers_app.schedulers.base import QueryFailed, SchedulerError
 from workers_app.statuses import WorkerStatus
 from workers_app.terminals.kept import KEEP_NAME, KEPT_TERMINAL
@@ -189,3 +192,49 @@ def close_terminal(record_id: int, *, exit_status: int | None, reason: str) -> N
     TerminalRecord.objects.filter(pk=record_id, closed_at__isnull=True).update(
         closed_at=timezone.now(), exit_status=exit_status, close_reason=reason[:255]
     )
+
+
+log = logging.getLogger(__name__)
+# The process serving an open terminal keeps this key alive; a record whose key is gone on two
+# sweeps in a row lost its server (killed, or its host gone) and is closed with a reason, so it
+# neither counts against its user's terminals nor keeps its worker from being idle. Two sweeps,
+# because a Redis that restarted empty has lost every key until each server's next refresh.
+ALIVE_KEY = "activate:terminal-alive:"
+MISSING_KEY = "activate:terminals-missing"
+ALIVE_FOR = 10.0
+LOST_REASON = f"its web server was lost: no sign of it for {ALIVE_FOR:g} s"
+
+
+def note_alive(record_id: int) -> None:
+    """The terminal is still served by this process (called every ALIVE_FOR / 4 s)."""
+    try:
+        redis_client().set(f"{ALIVE_KEY}{record_id}", b"1", px=int(ALIVE_FOR * 1000))
+    except RedisError as exc:
+        log.warning("terminal %s: liveness not noted: %s", record_id, exc)
+
+
+def close_lost_terminals(now: datetime | None = None) -> int:
+    """Close open terminal records no process has served for ALIVE_FOR on two sweeps running."""
+    now = now or timezone.now()
+    ids = list(
+        TerminalRecord.objects.filter(
+            closed_at__isnull=True, opened_at__lt=now - timedelta(seconds=ALIVE_FOR)
+        ).values_list("pk", flat=True)
+    )
+    client = redis_client()
+    try:
+        alive = client.mget([f"{ALIVE_KEY}{pk}" for pk in ids]) if ids else []
+        missing = {pk for pk, value in zip(ids, alive, strict=True) if value is None}
+        before = {int(member) for member in client.smembers(MISSING_KEY)}
+        with client.pipeline() as pipe:
+            pipe.delete(MISSING_KEY)
+            if missing:
+                pipe.sadd(MISSING_KEY, *missing)
+            pipe.execute()
+    except RedisError as exc:
+        log.warning("lost terminals not swept, Redis did not answer: %s", exc)
+        return 0
+    lost = sorted(missing & before)
+    for pk in lost:
+        close_terminal(pk, exit_status=None, reason=LOST_REASON)
+    return len(lost)
