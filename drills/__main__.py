@@ -18,6 +18,7 @@ from drills import (
     celery_kill,
     deletion,
     exec_flood,
+    host_loss,
     postgres_outage,
     redis_outage,
     redis_restart,
@@ -52,6 +53,7 @@ class Drills(Suite[DrillResult]):
         "exec_flood",
         "slow_polls",
         "beat_failover",
+        "host_loss",
     )
     doc = __doc__ or ""
 
@@ -62,6 +64,7 @@ class Drills(Suite[DrillResult]):
             "--outage", type=float, default=20, help="seconds sshd and slurmctld stay stopped"
         )
         parser.add_argument("--restarts", type=int, default=3, help="web + Celery worker restarts")
+        parser.add_argument("--host-losses", type=int, default=3, help="hosts lost in turn")
         parser.add_argument("--beats-for", type=float, default=40, help="seconds two beats run")
         parser.add_argument(
             "--mid-submit", type=int, default=10, help="deletions right after a request"
@@ -97,6 +100,7 @@ class Drills(Suite[DrillResult]):
             "exec_flood": lambda t: exec_flood.run(t, commands=args.commands),
             "slow_polls": lambda t: slow_polls.run(t, sweeps_on_worker=args.sweeps_on_worker),
             "beat_failover": lambda t: beat_failover.run(t),
+            "host_loss": lambda t: host_loss.run(t, rounds=args.host_losses),
         }
 
     def could_not_run(self, name: str, exc: Exception) -> DrillResult:

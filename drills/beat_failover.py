@@ -67,7 +67,7 @@ def run(target: SshTarget, *, rounds: int = 3) -> DrillResult:
             took.append(seconds)
             platform.start_beat(holder)
             pause(3 * sweep)
-        sends = {name: _sends(platform.workdir / f"{name}.log") for name in BEATS}
+        sends = {name: sweeps_sent(platform.workdir / f"{name}.log") for name in BEATS}
         overlaps = _overlaps(sends, sweep)
         drill.result.repetitions = len(took)
         limit = LEASE
@@ -92,9 +92,9 @@ def _fail_over(platform: Platform, holder: str, other_log: Path) -> float | None
     """SIGKILL the holder: seconds until the other beat sent its first sweep (None: not soon)."""
     killed_at = datetime.now().timestamp()
     platform.kill(holder)
-    if not wait_until(lambda: _sends(other_log, after=killed_at), timeout=3 * LEASE):
+    if not wait_until(lambda: sweeps_sent(other_log, after=killed_at), timeout=3 * LEASE):
         return None
-    return _sends(other_log, after=killed_at)[0][0] - killed_at
+    return sweeps_sent(other_log, after=killed_at)[0][0] - killed_at
 
 
 def _holder(processes: dict[str, subprocess.Popen[bytes]], token: object) -> str | None:
@@ -109,7 +109,7 @@ def _holder(processes: dict[str, subprocess.Popen[bytes]], token: object) -> str
     return None
 
 
-def _sends(log: Path, *, after: float = 0.0) -> list[tuple[float, str]]:
+def sweeps_sent(log: Path, *, after: float = 0.0) -> list[tuple[float, str]]:
     """(time, entry) of each sweep a beat's log says it sent, after ``after``."""
     try:
         text = log.read_text(errors="replace")

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,6 +141,10 @@ class Platform:
     # The web server as `scripts/start.sh web` runs it, with its shipped processes and threads
     # (drills), instead of uvicorn started directly (tests: no migrate or collectstatic).
     web_as_shipped: bool = False
+    # What users and agents are told, when not this platform's own servers: a load balancer's
+    # addresses in front of several hosts (harness/balancer.py).
+    public_url: str = ""
+    agents_url: str = ""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -164,9 +168,9 @@ class Platform:
                 "DATABASE_URL": database_url(),
                 "REDIS_URL": self.redis_url or settings.REDIS_URL,
                 "ACTIVATE_INSTALLATION_ID": settings.ACTIVATE_INSTALLATION_ID,
-                "ACTIVATE_PUBLIC_URL": self.url,
+                "ACTIVATE_PUBLIC_URL": self.public_url or self.url,
                 "ACTIVATE_BIND": f"127.0.0.1:{self.port}",
-                "ACTIVATE_AGENT_URL": self.agent_url,
+                "ACTIVATE_AGENT_URL": self.agents_url or self.agent_url,
                 "ACTIVATE_AGENT_BIND": f"{self.agent_host}:{self.agent_port}",
                 "ACTIVATE_LOG_LEVEL": "INFO",
                 "PYTHON": sys.executable,
@@ -343,6 +347,18 @@ class Platform:
     def stop_all(self) -> None:
         for name in list(self.processes):
             self.stop(name)
+
+    def kill_all(self) -> list[str]:
+        """SIGKILL every process (and its children) at once, as when the host is lost: the names
+        of those that were running."""
+        running = {n: p for n, p in self.processes.items() if p.poll() is None}
+        for process in running.values():
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        for process in running.values():
+            process.wait(timeout=10)
+        self.processes.clear()
+        return sorted(running)
 
     # -- looking in -------------------------------------------------------------------------
 

@@ -14,6 +14,9 @@ want_postgres=1
 need_install=()
 command -v redis-server >/dev/null || need_install+=(redis-server)
 [ $want_postgres -eq 0 ] || command -v pg_ctlcluster >/dev/null || need_install+=(postgresql)
+# The load balancer in front of two hosts' web and agents' servers (the host-loss drill, and
+# the compose file's check of its configuration).
+[ $want_postgres -eq 0 ] || command -v haproxy >/dev/null || need_install+=(haproxy)
 if [ ${#need_install[@]} -gt 0 ]; then
   log "installing ${need_install[*]}"
   $SUDO apt-get update -qq
