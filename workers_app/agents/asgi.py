@@ -11,6 +11,7 @@ thread; every other request, and every other path, is Django's.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -71,6 +72,7 @@ class AgentServer:
         self.script = self.redis.register_script(BEAT_SCRIPT)
         # Only its key names and TTL are used: it holds a synchronous client, never called here.
         self.store = HeartbeatStore()
+        self.seen = SeenWrites(_write_seen)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -160,13 +162,55 @@ class AgentServer:
         if not isinstance(beat, Beaten):
             raise AgentRefused(403, "forbidden")
         if beat.first_in_window:
-            try:
-                await sync_to_async(_in_database, thread_sensitive=False)(
-                    agent_service.note_seen, beat.worker_id
-                )
-            except DatabaseError as exc:
-                # Liveness is in Redis and was recorded; "last seen" waits for the next window.
-                log.warning("last heartbeat of worker %s not written: %s", beat.worker_id, exc)
+            await self.seen.note(beat.worker_id)
+
+
+async def _write_seen(worker_ids: list[int]) -> None:
+    await sync_to_async(_in_database, thread_sensitive=False)(
+        agent_service.note_seen_many, worker_ids
+    )
+
+
+class SeenWrites:
+    """The "last seen" writes of one process, grouped: a beat that needs one while another is
+    under way waits for the next, which writes every worker waiting in one UPDATE. Ten thousand
+    agents need one each a minute, and this server keeps no connection to PostgreSQL: one
+    connection a write would be about 170 a second. A beat is answered once its write is done."""
+
+    def __init__(self, write: Callable[[list[int]], Awaitable[None]]) -> None:
+        self.write = write
+        self.waiting: set[int] = set()
+        self.next: asyncio.Future[None] | None = None
+        self.writing: asyncio.Task[None] | None = None
+
+    async def note(self, worker_id: int) -> None:
+        self.waiting.add(worker_id)
+        if self.next is None:
+            self.next = asyncio.get_running_loop().create_future()
+        written = self.next
+        if self.writing is None:
+            self.writing = asyncio.get_running_loop().create_task(self._write_all())
+        # Shielded: one beat given up on must not cancel the write the others wait for.
+        await asyncio.shield(written)
+
+    async def _write_all(self) -> None:
+        try:
+            while self.next is not None:
+                worker_ids, written = sorted(self.waiting), self.next
+                self.waiting, self.next = set(), None
+                try:
+                    await self.write(worker_ids)
+                except DatabaseError as exc:
+                    # Liveness is in Redis and was recorded; "last seen" waits for the next window.
+                    log.warning(
+                        "last heartbeat of %d worker(s) not written: %s", len(worker_ids), exc
+                    )
+                except Exception:
+                    # Whatever went wrong, the beats waiting are answered and the next written.
+                    log.exception("last heartbeat of %d worker(s) not written", len(worker_ids))
+                written.set_result(None)
+        finally:
+            self.writing = None
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -84,7 +84,12 @@ def record_heartbeat(
 
 def note_seen(worker_id: int) -> None:
     """The coarse "last seen" the database keeps (a beat's first in LAST_SEEN_GRANULARITY)."""
-    Worker.objects.filter(pk=worker_id).update(last_heartbeat_at=timezone.now())
+    note_seen_many([worker_id])
+
+
+def note_seen_many(worker_ids: list[int]) -> None:
+    """``note_seen`` for several workers in one statement."""
+    Worker.objects.filter(pk__in=worker_ids).update(last_heartbeat_at=timezone.now())
 
 
 def report_sessions_ended(public_id: str, key_hash: str, session_ids: list[str]) -> None:
