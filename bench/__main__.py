@@ -15,7 +15,17 @@ import os
 import sys
 from collections.abc import Callable
 
-from bench import api, detection, heartbeats, polling, proxy_upload, scale, submission, terminals
+from bench import (
+    api,
+    beats,
+    detection,
+    heartbeats,
+    polling,
+    proxy_upload,
+    scale,
+    submission,
+    terminals,
+)
 from bench.report import Outcome, goals_table
 from harness.cluster import SshTarget
 from harness.runner import Conclusion, Suite, run
@@ -37,6 +47,7 @@ class Benchmarks(Suite[Outcome]):
         "terminals",
         "proxy",
         "scale",
+        "beats",
     )
     doc = __doc__ or ""
 
@@ -57,7 +68,12 @@ class Benchmarks(Suite[Outcome]):
             help="users' own accounts the jobs are spread over",
         )
         group = parser.add_argument_group("submission")
-        group.add_argument("--submit-count", type=int, default=200)
+        group.add_argument(
+            "--submit-counts",
+            type=_ints,
+            default=(200, 1000),
+            help="workers per race against dask-jobqueue; the first also for the sbatch loops",
+        )
         group.add_argument("--celery-concurrency", type=int, default=4)
         group.add_argument("--post-concurrency", type=int, default=8)
         group.add_argument(
@@ -94,6 +110,11 @@ class Benchmarks(Suite[Outcome]):
         group.add_argument("--scale-sweep-sizes", type=_ints, default=(1_000, 10_000))
         group.add_argument("--scale-poll-sizes", type=_ints, default=(1_000, 10_000))
         group.add_argument("--scale-served-sizes", type=_ints, default=(10_000, 100_000))
+        group = parser.add_argument_group("beats")
+        group.add_argument("--beats-sizes", type=_ints, default=(1_000, 10_000))
+        group.add_argument("--beats-steady", type=float, default=30, help="seconds at 1 per 30 s")
+        group.add_argument("--beats-burst", type=float, default=25, help="seconds at 10x that")
+        group.add_argument("--beats-generators", type=int, default=2, help="load processes")
 
     def runners(self, args: argparse.Namespace) -> dict[str, Callable[[SshTarget], Outcome]]:
         return {
@@ -106,7 +127,7 @@ class Benchmarks(Suite[Outcome]):
             ),
             "submission": lambda t: submission.run(
                 t,
-                count=args.submit_count,
+                counts=args.submit_counts,
                 celery_concurrency=args.celery_concurrency,
                 post_concurrency=args.post_concurrency,
                 post_rate=args.post_rate,
@@ -138,6 +159,14 @@ class Benchmarks(Suite[Outcome]):
                 sweep_sizes=args.scale_sweep_sizes,
                 poll_sizes=args.scale_poll_sizes,
                 served_sizes=args.scale_served_sizes,
+            ),
+            "beats": lambda t: beats.run(
+                t,
+                sizes=args.beats_sizes,
+                steady_duration=args.beats_steady,
+                burst_duration=args.beats_burst,
+                processes=args.beats_generators,
+                server_workers=args.server_workers,
             ),
         }
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from bench.dask_peer import PeerRace, peer_python, race
 from bench.report import Goal, Outcome, Table, millis, percentile, seconds, times
 from harness import HarnessError
 from harness.cluster import SshTarget, sshd_connections
@@ -63,10 +64,13 @@ class Way:
 class SqueueWatcher:
     """Notes when each job name first shows in squeue (all states), polling in a thread."""
 
-    def __init__(self, target: SshTarget, interval: float = 0.05) -> None:
+    interval = 0.05
+
+    def __init__(self, target: SshTarget) -> None:
         self.target = target
-        self.interval = interval
         self.first_seen: dict[str, float] = {}
+        # job id -> (name, first seen): jobs that share one name (dask-jobqueue's) told apart.
+        self.job_seen: dict[str, tuple[str, float]] = {}
         self.scans: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -83,13 +87,14 @@ class SqueueWatcher:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                names = self.target.job_names(all_states=True)
+                jobs = self.target.jobs(all_states=True)
             except subprocess.SubprocessError:
-                names = []
+                jobs = {}
             seen_at = time.monotonic()
             self.scans.append(seen_at - started)
-            for name in names:
+            for job_id, name in jobs.items():
                 self.first_seen.setdefault(name, seen_at)
+                self.job_seen.setdefault(job_id, (name, seen_at))
             self._stop.wait(self.interval)
 
 
@@ -272,14 +277,18 @@ def _submit_cost(target: SshTarget, tag: str, count: int, batch_size: int) -> Su
 
 def _platform(
     target: SshTarget,
-    count: int,
+    counts: tuple[int, ...],
+    peer: Callable[[int], PeerRace],
     *,
     celery_concurrency: int,
     post_concurrency: int,
     post_rate: float,
     post_count: int,
-) -> tuple[Way, list[float]]:
+) -> tuple[list[tuple[Way, PeerRace]], list[float]]:
+    """For each count: the peer's race, then the platform's with it (the platform up but idle
+    during the peer's, so both see the same machine); then single POSTs for their latency."""
     from workers_app.models import ApiKey, Worker
+    from workers_app.services import BULK_MAX
     from workers_app.statuses import FINISHED, WorkerStatus
 
     user = run_user()
@@ -307,13 +316,63 @@ def _platform(
             raise HarnessError(f"POST /api/workers/ answered {response.status_code}")
         return response.json()["id"], time.perf_counter() - started
 
+    def post_bulk(count: int) -> tuple[list[str], float]:
+        started = time.monotonic()
+        answer = client().post("/api/workers/", json={**body, "count": count}, timeout=120)
+        if answer.status_code != 201:
+            raise HarnessError(f"bulk POST /api/workers/ answered {answer.status_code}")
+        return [w["id"] for w in answer.json()["workers"]], time.monotonic() - started
+
     def delete_all() -> None:
         public_ids = list(
             Worker.objects.exclude(status__in=FINISHED).values_list("public_id", flat=True)
         )
         with platform.api(key) as api, ThreadPoolExecutor(post_concurrency) as pool:
             list(pool.map(lambda p: api.delete(f"/api/workers/{p}/"), public_ids))
-        _wait_all_finished(timeout=180)
+        _wait_all_finished(timeout=300)
+
+    def bulk(count: int) -> Way:
+        # A request makes at most BULK_MAX workers: more go as several requests at once.
+        sizes = [min(BULK_MAX, count - start) for start in range(0, count, BULK_MAX)]
+        connections = sshd_connections()
+        with SqueueWatcher(target) as watcher, ThreadPoolExecutor(len(sizes)) as pool:
+            started = time.monotonic()
+            answers = list(pool.map(post_bulk, sizes))
+            names = {job_name(public_id) for ids, _ in answers for public_id in ids}
+            if not wait_until(lambda: names <= watcher.first_seen.keys(), timeout=300):
+                missing = len(names - watcher.first_seen.keys())
+                raise HarnessError(f"{missing} of {count} jobs never showed in squeue")
+            elapsed = max(watcher.first_seen[name] for name in names) - started
+            first = min(watcher.first_seen[name] for name in names) - started
+            scan = statistics.median(watcher.scans)
+        opened = sshd_connections() - connections
+        # Until every worker is recorded queued, so that the next run starts on a quiet platform.
+        wait_until(
+            lambda: not Worker.objects.filter(status=WorkerStatus.PENDING).exists(), timeout=300
+        )
+        counts = _job_counts(target, names)
+        duplicated = sum(1 for n in counts.values() if n > 1)
+        requests = (
+            f"one bulk POST (count={count})"
+            if len(sizes) == 1
+            else f"{len(sizes)} bulk POSTs at once (count={'+'.join(map(str, sizes))}: "
+            f"a request makes at most {BULK_MAX})"
+        )
+        answered = max(took for _, took in answers)
+        return Way(
+            f"platform: {count} workers, {requests}",
+            count,
+            elapsed,
+            opened,
+            "",
+            notes=[
+                f"{count}: {requests} answered in {seconds(answered)}; the first job seen in "
+                f"squeue after {seconds(first)}; new SSH connections "
+                f"{opened}; jobs per worker in squeue --states=all: duplicated {duplicated}, "
+                f"missing {sum(1 for n in counts.values() if n == 0)}; median squeue scan "
+                f"{millis(scan)}",
+            ],
+        )
 
     try:
         platform.start_deployed_web(workers=2, threads=4)
@@ -327,46 +386,17 @@ def _platform(
             lambda: not Worker.objects.filter(status=WorkerStatus.PENDING).exists(), timeout=120
         )
         delete_all()
-
-        connections = sshd_connections()
-        with SqueueWatcher(target) as watcher, platform.api(key) as api:
-            started = time.monotonic()
-            answer = api.post("/api/workers/", json={**body, "count": count})
-            posted = time.monotonic() - started
-            if answer.status_code != 201:
-                raise HarnessError(f"bulk POST /api/workers/ answered {answer.status_code}")
-            names = {job_name(w["id"]) for w in answer.json()["workers"]}
-            if not wait_until(lambda: names <= watcher.first_seen.keys(), timeout=300):
-                missing = len(names - watcher.first_seen.keys())
-                raise HarnessError(f"{missing} of {count} jobs never showed in squeue")
-            elapsed = max(watcher.first_seen[name] for name in names) - started
-            scan = statistics.median(watcher.scans)
-        opened = sshd_connections() - connections
-        counts = _job_counts(target, names)
-        duplicated = sum(1 for n in counts.values() if n > 1)
-        way = Way(
-            "platform: one bulk POST /api/workers/ -> one Celery task -> kept SSH, batched",
-            count,
-            elapsed,
-            opened,
-            "",
-            notes=[
-                f"the bulk POST (count={count}) answered in {seconds(posted)}",
-                f"web: as scripts/start.sh web runs it (production settings); Celery worker "
-                f"concurrency {celery_concurrency}; {2 * celery_concurrency} warm-up workers "
-                "submitted first so each Celery process has its kept SSH connection open, "
-                "as in steady state",
-                "new SSH connections: counted in the test sshd's log over each way's run",
-                f"the end is seen by polling squeue every {watcher.interval:g} s "
-                f"(median scan {millis(scan)}): up to that much late",
-                f"jobs per worker in squeue --states=all: duplicated {duplicated}, "
-                f"missing {sum(1 for n in counts.values() if n == 0)}",
-            ],
-        )
-        delete_all()
+        races = []
+        for count in counts:
+            theirs = peer(count)
+            print(f"  dask-jobqueue, {count} jobs: {theirs.elapsed:.2f} s", flush=True)
+            ours = bulk(count)
+            print(f"  platform, {count} workers: {ours.elapsed:.2f} s", flush=True)
+            races.append((ours, theirs))
+            delete_all()
         latencies = _steady_posts(post, rate=post_rate, count=post_count, threads=post_concurrency)
         delete_all()
-        return way, latencies
+        return races, latencies
     finally:
         platform.stop_all()
         names = {job_name(p) for p in Worker.objects.values_list("public_id", flat=True)}
@@ -411,7 +441,7 @@ def _job_counts(target: SshTarget, names: set[str]) -> dict[str, int]:
 def run(
     target: SshTarget,
     *,
-    count: int = 200,
+    counts: tuple[int, ...] = (200, 1000),
     celery_concurrency: int = 4,
     post_concurrency: int = 8,
     cost_samples: int = 20,
@@ -420,6 +450,10 @@ def run(
 ) -> Outcome:
     from workers_app.schedulers.slurm import SUBMIT_PARALLEL
 
+    if not counts:
+        raise HarnessError("--submit-counts names no count")
+    count = counts[0]
+    python, version = peer_python(target)
     start_afresh(target)
     script = job_script()
     tag = f"bench-sub-{run_id()}"
@@ -440,17 +474,38 @@ def run(
     )
     target.cancel_ids(ids)
     print(f"  ssh sbatch loop, multiplexed: {muxed.elapsed:.2f} s", flush=True)
-    ours, latencies = _platform(
+
+    def peer(jobs: int) -> PeerRace:
+        with SqueueWatcher(target) as watcher:
+            return race(
+                target,
+                python,
+                version,
+                watcher.job_seen,
+                jobs=jobs,
+                job_name=f"{tag}-dask-{jobs}",
+                directive=HOLD_DIRECTIVE,
+            )
+
+    races, latencies = _platform(
         target,
-        count,
+        counts,
+        peer,
         celery_concurrency=celery_concurrency,
         post_concurrency=post_concurrency,
         post_rate=post_rate,
         post_count=post_count,
     )
-    print(f"  platform: {ours.elapsed:.2f} s", flush=True)
+    notes = [
+        f"web: as scripts/start.sh web runs it (production settings); Celery worker "
+        f"concurrency {celery_concurrency}; {2 * celery_concurrency} warm-up workers submitted "
+        "first so each Celery process has its kept SSH connection open, as in steady state",
+        "new SSH connections: counted in the test sshd's log over each way's run",
+        f"the end is seen by polling squeue (all states) every {SqueueWatcher.interval:g} s: "
+        "up to a scan late, for every way alike",
+    ]
     return _outcome(
-        ours, [ssh, muxed, serial], local, latencies, cost, len(script), post_rate, SUBMIT_PARALLEL
+        races, [ssh, muxed, serial], local, latencies, cost, len(script), post_rate, notes
     )
 
 
@@ -460,16 +515,65 @@ def _compare(ours: float, other: float) -> str:
     return f"{times(ours / other)} slower"
 
 
+# Against dask-jobqueue: from this many jobs on the platform must be at least as fast; below it,
+# where its fixed costs (the request, the database, Celery, SSH) weigh, within this factor.
+PEER_AT_LEAST_FROM = 1000
+PEER_SMALL_FACTOR = 1.3
+
+
 def _outcome(
-    ours: Way,
+    races: list[tuple[Way, PeerRace]],
     others: list[Way],
     local: Way,
     latencies: list[float],
     cost: SubmitCost,
     script_size: int,
     post_rate: float,
-    parallel: int,
+    notes: list[str],
 ) -> Outcome:
+    from workers_app.schedulers.slurm import SUBMIT_CHUNK, SUBMIT_PARALLEL
+
+    peers = Table(
+        "Submission against dask-jobqueue (same run): held jobs, from the call to the last "
+        "job in squeue",
+        ["jobs", "platform", "platform jobs/s", "dask-jobqueue", "dask jobs/s", "platform/dask"],
+        align="rrrrrr",
+    )
+    goals = []
+    for ours, theirs in races:
+        ratio = ours.per_second / (theirs.jobs / theirs.elapsed)
+        peers.add(
+            ours.jobs,
+            seconds(ours.elapsed),
+            f"{ours.per_second:.1f}",
+            seconds(theirs.elapsed),
+            f"{theirs.jobs / theirs.elapsed:.1f}",
+            f"{ratio:.2f}x",
+        )
+        at_least = ours.jobs >= PEER_AT_LEAST_FROM
+        floor = 1.0 if at_least else 1 / PEER_SMALL_FACTOR
+        goals.append(
+            Goal(
+                NAME,
+                f"{ours.jobs} workers: jobs/s "
+                + (
+                    "at least dask-jobqueue's"
+                    if at_least
+                    else f"within {PEER_SMALL_FACTOR:g}x of dask-jobqueue's"
+                ),
+                f"{ours.per_second:.1f} vs {theirs.jobs / theirs.elapsed:.1f} jobs/s "
+                f"({ratio:.2f}x)",
+                ratio >= floor,
+            )
+        )
+        peers.notes += ours.notes
+    peers.notes += races[0][1].notes
+    peers.notes.append(
+        f"the platform: each bulk request is one Celery task; it sends the jobs in chunks of up "
+        f"to {SUBMIT_CHUNK} per command, {SUBMIT_PARALLEL} commands at once on its kept SSH "
+        "connection (workers_app/schedulers/slurm.py)"
+    )
+    ours = races[0][0]
     table = Table(
         f"Submission: {ours.jobs} held jobs, from the first request to the last job in squeue",
         [
@@ -488,6 +592,7 @@ def _outcome(
         f"{cost.batch_size}, measured in-process)"
     )
     ssh, muxed = others[0], others[1]
+    dask = races[0][1]
     for way in (ours, *others, local):
         table.add(
             way.label,
@@ -498,15 +603,25 @@ def _outcome(
             way.commands_per_job,
             "-" if way is ours else _compare(ours.elapsed, way.elapsed),
         )
-    table.notes += ours.notes
+    table.add(
+        "dask-jobqueue SLURMCluster.scale(jobs=N), local, every sbatch at once",
+        dask.jobs,
+        seconds(dask.elapsed),
+        f"{dask.jobs / dask.elapsed:.1f}",
+        0,
+        "1",
+        _compare(ours.elapsed, dask.elapsed),
+    )
+    table.notes += notes
     table.notes += [
         f"single POST /api/workers/ at {post_rate:g}/s (open loop, {len(latencies)} requests, "
         f"each submitted as it comes): p50 {millis(percentile(latencies, 50))}, "
         f"p95 {millis(percentile(latencies, 95))}, max {millis(max(latencies))}",
-        f"every way submits the same {script_size}-byte script (the platform's, agent "
+        f"the loops submit the same {script_size}-byte script (the platform's, agent "
         f"included), with {HOLD_DIRECTIVE}; the ssh loops run one sbatch after the other; "
-        f"the limit runs {parallel} local loops at once, as the platform runs "
-        f"{parallel} sbatch commands at once.",
+        f"the limit runs {SUBMIT_PARALLEL} local loops at once, as the platform runs "
+        f"{SUBMIT_PARALLEL} sbatch commands at once; dask-jobqueue submits its own worker "
+        "script, with the same directive.",
     ]
     costs = Table(
         "What one submission costs over the kept SSH connection (in-process, serial)",
@@ -533,7 +648,7 @@ def _outcome(
         "worker's agent secret before its sbatch), so a first attempt is sbatch alone."
     )
     p95 = percentile(latencies, 95)
-    goals = [
+    goals += [
         Goal(
             NAME,
             f"{ours.jobs} workers from one bulk request: >= 100 jobs/s",
@@ -555,9 +670,9 @@ def _outcome(
         ),
         Goal(
             NAME,
-            f"within 2x of local sbatch with the same parallelism ({parallel} at once)",
+            f"within 2x of local sbatch with the same parallelism ({SUBMIT_PARALLEL} at once)",
             f"{ours.elapsed / local.elapsed:.2f}x its time",
             ours.elapsed <= 2 * local.elapsed,
         ),
     ]
-    return Outcome([table, costs], goals)
+    return Outcome([peers, table, costs], goals)

@@ -121,6 +121,26 @@ def test_a_large_batch_goes_in_a_few_commands_at_once(monkeypatch: pytest.Monkey
     assert outcomes == ["7"] * 12
 
 
+def test_a_batch_past_one_round_is_dealt_in_equal_shares_a_multiple_of_those_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given 3 commands at once of at most 50 scripts, and 200 jobs: more than one round
+    monkeypatch.setattr(slurm, "SUBMIT_PARALLEL", 3)
+    monkeypatch.setattr(slurm, "SUBMIT_CHUNK", 50)
+    runner = FakeRunner().on("sh", ok(answered(*[("7", 0)] * 50)))
+    names = [f"w{n}" for n in range(200)]
+
+    outcomes = SlurmAdapter(runner).submit_many([spec(name) for name in names])
+
+    # Then two rounds of three commands of 33 or 34 scripts, none left to run alone, every
+    # job sent once and in order
+    shares = [[name for name, _, _ in sent(stdin)] for _, stdin in runner.calls]
+    shares.sort(key=lambda share: names.index(share[0]))
+    assert [len(share) for share in shares] == [33, 33, 34, 33, 33, 34]
+    assert [name for share in shares for name in share] == names
+    assert outcomes == ["7"] * 200
+
+
 def run_loop(stdin: bytes, tmp_path: Path) -> tuple[str, list[bytes]]:
     """SUBMIT_LOOP in a real sh, with an sbatch on PATH that keeps each script it is given."""
     fake = tmp_path / "bin" / "sbatch"

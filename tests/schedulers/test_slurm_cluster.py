@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import SshTarget
 from tests.schedulers.conftest import has_ended, is_running, wait_for
+from workers_app.schedulers import slurm as slurm_module
 from workers_app.schedulers.base import JobSpec, Phase, SchedulerError
 from workers_app.schedulers.slurm import SUBMIT_PARALLEL, SlurmAdapter
 from workers_app.transport.connection import SSHConnection
@@ -240,7 +241,7 @@ def test_many_jobs_go_in_a_few_commands_with_one_outcome_each(
     submitted += [o for o in outcomes if isinstance(o, str)]
     # Then a few commands at once made eleven jobs, each findable by its name, and the bad one
     # says why
-    assert ssh.commands_run - before == SUBMIT_PARALLEL
+    assert ssh.commands_run - before == min(SUBMIT_PARALLEL, 12)
     assert len(outcomes) == 12
     assert isinstance(outcomes[5], SchedulerError) and "partition" in str(outcomes[5]).lower()
     made = {spec.name: o for spec, o in zip(specs, outcomes, strict=True) if isinstance(o, str)}
@@ -248,3 +249,38 @@ def test_many_jobs_go_in_a_few_commands_with_one_outcome_each(
     before = ssh.commands_run
     assert slurm.find_jobs([spec.name for spec in specs]) == made
     assert ssh.commands_run - before == 1
+
+
+def test_a_batch_past_one_round_goes_in_equal_shares_each_job_made_once_under_its_name(
+    slurm: SlurmAdapter,
+    ssh: SSHConnection,
+    submitted: list[str],
+    unique: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given commands of at most 2 scripts, 3 at once, and 13 held jobs: more than one round
+    monkeypatch.setattr(slurm_module, "SUBMIT_CHUNK", 2)
+    monkeypatch.setattr(slurm_module, "SUBMIT_PARALLEL", 3)
+    specs = [
+        JobSpec(
+            name=f"{unique}share{n}",
+            partition="",
+            directives=[NOT_BEFORE_AN_HOUR],
+            command="sleep 300",
+        )
+        for n in range(13)
+    ]
+    # When they are submitted together
+    before = ssh.commands_run
+    outcomes = slurm.submit_many(specs)
+    submitted += [o for o in outcomes if isinstance(o, str)]
+    # Then three rounds of three commands (shares of one or two scripts) made 13 jobs, one per
+    # name, each outcome the id of the job of that name
+    assert ssh.commands_run - before == 9
+    assert all(isinstance(o, str) for o in outcomes)
+    names = [spec.name for spec in specs]
+    listed = ssh.run(
+        ["squeue", "--noheader", "--states=all", "--me", f"--name={','.join(names)}", "-o", "%j %i"]
+    ).stdout.split()
+    pairs = sorted(zip(listed[::2], listed[1::2], strict=True))
+    assert pairs == sorted(zip(names, outcomes, strict=True))
