@@ -246,10 +246,9 @@ def _exercise(drill: Drill, hosts: dict[str, Platform], balancer: Balancer, roun
     if not drill.wait_status(relayed, {WorkerStatus.CONNECTED}, timeout=180):
         raise HarnessError(f"relayed workers did not connect: {drill.statuses(relayed)}")
     running = direct + relayed
-    spread = _beats_by_host(hosts)
     drill.check(
-        all(count > 0 for count in spread.values()),
-        f"agents' beats did not reach both hosts: {spread}",
+        wait_until(lambda: all(n > 0 for n in _beats_by_host(hosts).values()), timeout=30),
+        f"agents' beats did not reach both hosts: {_beats_by_host(hosts)}",
     )
     figures: list[str] = []
     victim = _holders(hosts)[0] or "a"
