@@ -38,7 +38,7 @@ from pathlib import Path
 import httpx
 
 from bench.heartbeats import BEAT_PATH, _group_cpu, _start_bare, _start_ours, _stop
-from bench.report import Goal, Outcome, Table, millis, percentile, rate
+from bench.report import Goal, Outcome, Table, millis, percentile, rate, rss
 from harness import REPO, HarnessError
 from harness.agents import SignedAgent
 from harness.cluster import SshTarget
@@ -242,31 +242,18 @@ def _group_pids(leader: int) -> list[int]:
     return pids
 
 
-def _rss(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
-    return total
-
-
 class PeakRss:
     """The largest resident set of a process group, sampled four times a second meanwhile."""
 
     def __init__(self, leader: int) -> None:
         self.pids = _group_pids(leader)
-        self.peak = _rss(self.pids)
+        self.peak = rss(self.pids)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         while not self.stopping.wait(0.25):
-            self.peak = max(self.peak, _rss(self.pids))
+            self.peak = max(self.peak, rss(self.pids))
 
     def __enter__(self) -> PeakRss:
         self.thread.start()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harness.report import Table
 
@@ -65,3 +66,17 @@ def goals_table(goals: list[Goal]) -> Table:
     for goal in goals:
         table.add(goal.benchmark, goal.goal, goal.measured, "yes" if goal.met else "NO")
     return table
+
+
+def rss(pids: Iterable[int]) -> int:
+    """Resident memory of these processes, in bytes (those gone count nothing)."""
+    total = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total

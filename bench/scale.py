@@ -24,7 +24,7 @@ import httpx
 
 from bench import api
 from bench.polling import _poll_cycles
-from bench.report import Goal, Outcome, Table, millis, percentile, seconds
+from bench.report import Goal, Outcome, Table, millis, percentile, rss, seconds
 from harness import HarnessError
 from harness.cluster import SshTarget
 from harness.objects import forget_workers, run_id, run_user, start_afresh
@@ -179,19 +179,6 @@ def _poll(target: SshTarget, cluster_id: int, count: int, held: list[str], tag: 
     )
 
 
-def _rss(platform: Platform, name: str) -> int:
-    total = 0
-    for pid in platform.child_pids(name):
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
-    return total
-
-
 def _logged_in(platform: Platform, username: str) -> httpx.Client:
     client = httpx.Client(base_url=platform.url, timeout=60)
     client.get("/login/")
@@ -255,7 +242,7 @@ def _served(target: SshTarget, sizes: tuple[int, ...], requests: int) -> list[Fi
                     size,
                     percentile(first, 50),
                     percentile(first, 95),
-                    _rss(platform, "web"),
+                    rss(platform.child_pids("web")),
                     f"{len(first)} requests",
                 )
             )
@@ -275,7 +262,7 @@ def _served(target: SshTarget, sizes: tuple[int, ...], requests: int) -> list[Fi
                         size,
                         percentile(durations, 50),
                         percentile(durations, 95),
-                        _rss(platform, "web"),
+                        rss(platform.child_pids("web")),
                         f"{len(durations)} requests",
                     )
                 )
