@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -284,3 +287,58 @@ def test_a_batch_past_one_round_goes_in_equal_shares_each_job_made_once_under_it
     ).stdout.split()
     pairs = sorted(zip(listed[::2], listed[1::2], strict=True))
     assert pairs == sorted(zip(names, outcomes, strict=True))
+
+
+# The neighbour's watch while the owner submits: the owner's processes' command lines, and their
+# environment and stdin (where the submit loops take the scripts).
+NEIGHBOUR_WATCH = (
+    'while :; do ps -u "$1" -o pid=,args= --width 100000; '
+    'for p in $(pgrep -u "$1"); do cat "/proc/$p/environ" "/proc/$p/fd/0" 2>&1 | head -c 65536; '
+    "echo; done; done"
+)
+
+
+def test_a_neighbour_watching_the_submit_loops_at_once_gets_no_script_and_no_secret(
+    slurm: SlurmAdapter, ssh_target: SshTarget, submitted: list[str], unique: str, tmp_path: Path
+) -> None:
+    # Given another ordinary user of the login host watching, as that user (never root)
+    neighbour = next(a for a in sorted(ssh_target.accounts) if a != ssh_target.user)
+    keys: list[str] = []
+    log = tmp_path / "seen"
+    with log.open("wb") as out:
+        watcher = subprocess.Popen(
+            ["runuser", "-u", neighbour, "--", "bash", "-c", NEIGHBOUR_WATCH, "-", ssh_target.user],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        # When the owner's jobs go in SUBMIT_PARALLEL loops at once, until the neighbour has
+        # seen the loops running (a few rounds at most)
+        for round_ in range(10):
+            batch = [f"neighbourtest{uuid.uuid4().hex}" for _ in range(2 * SUBMIT_PARALLEL)]
+            keys += batch
+            specs = [
+                JobSpec(
+                    name=f"{unique}watched{round_}x{n}",
+                    partition="",
+                    directives=[NOT_BEFORE_AN_HOUR],
+                    environment={"ACTIVATE_AGENT_KEY": key},
+                    command="sleep 300",
+                )
+                for n, key in enumerate(batch)
+            ]
+            outcomes = slurm.submit_many(specs)
+            submitted += [o for o in outcomes if isinstance(o, str)]
+            assert all(isinstance(o, str) for o in outcomes), outcomes
+            if slurm_module.SUBMIT_MARKER in log.read_text(errors="replace"):
+                break
+    finally:
+        os.killpg(watcher.pid, signal.SIGTERM)
+        watcher.wait(timeout=30)
+    seen = log.read_text(errors="replace")
+    # Then the neighbour watched while the loops ran (their command lines are listed), the
+    # kernel refused every read of the owner's environment and stdin, and no key was seen
+    assert slurm_module.SUBMIT_MARKER in seen
+    assert "Permission denied" in seen
+    assert not [key for key in keys if key in seen]
