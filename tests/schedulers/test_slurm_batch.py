@@ -4,6 +4,8 @@ batch cut short leaves the rest unknown (never refused, never made)."""
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,7 +14,13 @@ import pytest
 from tests.schedulers.conftest import FakeRunner, ok
 from workers_app.schedulers import slurm
 from workers_app.schedulers.base import JobSpec, SchedulerError, SchedulerUnavailable
-from workers_app.schedulers.slurm import SUBMIT_LOOP, SUBMIT_MARKER, SlurmAdapter
+from workers_app.schedulers.slurm import (
+    SUBMIT_COMMAND,
+    SUBMIT_MARKER,
+    SUBMIT_PROGRAM,
+    SlurmAdapter,
+    parse_submit_loop,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -141,34 +149,85 @@ def test_a_batch_past_one_round_is_dealt_in_equal_shares_a_multiple_of_those_at_
     assert outcomes == ["7"] * 200
 
 
-def run_loop(stdin: bytes, tmp_path: Path) -> tuple[str, list[bytes]]:
-    """SUBMIT_LOOP in a real sh, with an sbatch on PATH that keeps each script it is given."""
-    fake = tmp_path / "bin" / "sbatch"
-    fake.parent.mkdir(parents=True)
-    fake.write_text('#!/bin/sh\nn=$(ls "$KEPT" | wc -l)\ncat > "$KEPT/$n"\necho "$((100 + n))"\n')
-    fake.chmod(0o755)
+FAKE_SBATCH = """#!/bin/sh
+n=$(ls "$KEPT" | wc -l)
+cat > "$KEPT/$n"
+if grep -q REFUSE "$KEPT/$n"; then echo "sbatch: error: Batch job submission failed"; exit 1; fi
+echo "$((100 + n))"
+"""
+SHADOWED = "#!/bin/sh\necho 'the loop ran $0' >&2\nexit 1\n"
+LOGIN_HOSTS = ["python3", "no python3"]
+
+
+def run_loop(stdin: bytes, tmp_path: Path, login_host: str) -> tuple[str, list[bytes]]:
+    """SUBMIT_COMMAND in a real sh, with an sbatch on PATH that keeps each script it is given:
+    on a login host with python3 (where `head` fails, so the shell loop cannot pass unseen), or
+    with the shell's tools alone (no python3 on PATH)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "sbatch").write_text(FAKE_SBATCH)
+    if login_host == "python3":
+        (bin_ / "head").write_text(SHADOWED)
+        path = f"{bin_}:{os.environ['PATH']}"
+    else:
+        for tool in ("sh", "head", "ls", "wc", "cat", "grep"):
+            (bin_ / tool).symlink_to(shutil.which(tool) or tool)
+        path = str(bin_)
+    for tool in bin_.iterdir():
+        if not tool.is_symlink():
+            tool.chmod(0o755)
     kept = tmp_path / "kept"
     kept.mkdir()
-    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "KEPT": str(kept)}
-    result = subprocess.run(
-        ["sh", "-c", SUBMIT_LOOP], input=stdin, capture_output=True, env=env, timeout=30
-    )
+    env = {**os.environ, "PATH": path, "KEPT": str(kept)}
+    argv = [shutil.which("sh") or "sh", *SUBMIT_COMMAND[1:]]
+    result = subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=30)
+    assert "the loop ran" not in result.stderr.decode()
     scripts = [(kept / str(n)).read_bytes() for n in range(len(list(kept.iterdir())))]
     return result.stdout.decode(), scripts
 
 
+@pytest.mark.parametrize("login_host", LOGIN_HOSTS)
 def test_scripts_reach_sbatch_byte_for_byte_and_one_cut_short_is_never_submitted(
-    tmp_path: Path,
+    tmp_path: Path, login_host: str
 ) -> None:
     scripts = ["#!/bin/bash\necho 'héllo $HOME `id`'\n\n\n", "#!/bin/bash\ntrue", "#" * 20000]
     stdin = "".join(f"n{i} - {len(s.encode())}\n{s}" for i, s in enumerate(scripts)).encode()
 
-    output, received = run_loop(stdin, tmp_path)
+    output, received = run_loop(stdin, tmp_path, login_host)
 
     assert received == [s.encode() for s in scripts]
-    assert output.count(f"{SUBMIT_MARKER} 0") == 3
+    assert parse_submit_loop(output, SlurmAdapter(FakeRunner())) == ["100", "101", "102"]
     # The connection drops in the middle of the second script: only the first was submitted.
     cut = stdin[: stdin.index(b"#!/bin/bash\ntrue") + 5]
-    output, received = run_loop(cut, tmp_path / "cut")
+    output, received = run_loop(cut, tmp_path / "cut", login_host)
     assert received == [scripts[0].encode()]
     assert output.count(SUBMIT_MARKER) == 1
+
+
+@pytest.mark.parametrize("login_host", LOGIN_HOSTS)
+def test_sbatchs_refusal_is_that_jobs_outcome_and_a_garbled_header_stops_the_loop(
+    tmp_path: Path, login_host: str
+) -> None:
+    # Given a second script whose sbatch refuses it, and a fourth record with no size
+    refused = "#!/bin/bash\n#REFUSE\n"
+    stdin = (
+        f"a - 5\n#!/shb - {len(refused)}\n{refused}c debug 5\n#!/shd debug\n#!/she - 5\n#!/sh"
+    ).encode()
+
+    output, received = run_loop(stdin, tmp_path, login_host)
+
+    # Then a, b and c got their outcomes (b's in sbatch's own words), d and e were never sent
+    outcomes = parse_submit_loop(output, SlurmAdapter(FakeRunner()))
+    assert received == [b"#!/sh", refused.encode(), b"#!/sh"]
+    assert outcomes[0] == "100" and outcomes[2] == "102" and len(outcomes) == 3
+    assert isinstance(outcomes[1], SchedulerError)
+    assert not isinstance(outcomes[1], SchedulerUnavailable)
+    assert "submission failed" in str(outcomes[1])
+
+
+def test_the_command_is_one_line_without_a_history_mark() -> None:
+    # Login shells take it inside single quotes: csh refuses a line break there and interactive
+    # ones expand "!".
+    command = shlex.join(SUBMIT_COMMAND)
+    assert "\n" not in command and "!" not in command
+    assert SUBMIT_COMMAND[4] == f"exec({SUBMIT_PROGRAM!r})"
