@@ -19,6 +19,7 @@ from django.utils import timezone
 from workers_app import lifecycle
 from workers_app.agents.relays import RelayNotReady, agent_url_for
 from workers_app.agents.signing import AgentKey, issue_agent_key
+from workers_app.bulk import update_each
 from workers_app.clusters import note_cluster_contact
 from workers_app.connections import KeyUnusable, adapter_for, adapter_for_worker
 from workers_app.locks import submission_locks
@@ -192,7 +193,8 @@ def _submit_locked(workers: list[Worker]) -> dict[int, str]:
     note_cluster_contact(cluster)
     for worker, job_id in adopted:
         lifecycle.record_event(worker, f"Found job {job_id} already submitted; adopted it")
-        outcomes[worker.pk] = _record_submitted(worker, job_id, outcome="adopted")
+    outcomes.update(_record_submitted(adopted, outcome="adopted"))
+    made = []
     for worker, result in zip(fresh, results, strict=True):
         if isinstance(result, SchedulerUnavailable):
             outcomes[worker.pk] = _wait_for_cluster(worker, cluster, result)
@@ -201,7 +203,8 @@ def _submit_locked(workers: list[Worker]) -> dict[int, str]:
             families.SUBMISSIONS.labels(cluster.name, "refused").inc()
             outcomes[worker.pk] = "refused"
         else:
-            outcomes[worker.pk] = _record_submitted(worker, result)
+            made.append((worker, result))
+    outcomes.update(_record_submitted(made))
     return outcomes
 
 
@@ -213,18 +216,28 @@ def _specs_with_new_secrets(workers: list[Worker]) -> list[JobSpec]:
         key = issue_agent_key(worker.public_id)
         worker.agent_secret_hash = key.key_hash
         keys.append(key)
-    Worker.objects.bulk_update(workers, ["agent_secret_hash"])
+    update_each(Worker, {w.pk: {"agent_secret_hash": w.agent_secret_hash} for w in workers})
     return [job_spec(w, key) for w, key in zip(workers, keys, strict=True)]
 
 
-def _record_submitted(worker: Worker, job_id: str, *, outcome: str = "submitted") -> str:
-    with transaction.atomic():
-        if not lifecycle.mark_submitted(worker, job_id=job_id):
-            lifecycle.record_job_to_cancel(worker, job_id=job_id)
-            families.SUBMISSIONS.labels(worker.cluster.name, "ended_meanwhile").inc()
-            return f"worker ended meanwhile; cancelling job {job_id}"
-    families.SUBMISSIONS.labels(worker.cluster.name, outcome).inc()
-    return f"submitted as job {job_id}"
+def _record_submitted(
+    made: list[tuple[Worker, str]], *, outcome: str = "submitted"
+) -> dict[int, str]:
+    """Each worker queued with its job, in one compare-and-set for all; a worker that ended
+    meanwhile has its job cancelled."""
+    if not made:
+        return {}
+    queued = {worker.pk for worker in lifecycle.mark_submitted_many(made)}
+    families.SUBMISSIONS.labels(made[0][0].cluster.name, outcome).inc(len(queued))
+    outcomes = {}
+    for worker, job_id in made:
+        if worker.pk in queued:
+            outcomes[worker.pk] = f"submitted as job {job_id}"
+            continue
+        lifecycle.record_job_to_cancel(worker, job_id=job_id)
+        families.SUBMISSIONS.labels(worker.cluster.name, "ended_meanwhile").inc()
+        outcomes[worker.pk] = f"worker ended meanwhile; cancelling job {job_id}"
+    return outcomes
 
 
 def _wait_for_cluster(worker: Worker, cluster: Cluster, exc: Exception) -> str:

@@ -128,8 +128,29 @@ def mark_submitted(worker: Worker, *, job_id: str, now: datetime | None = None) 
         S.QUEUED,
         allowed_from=[S.PENDING],
         reason="",
-        fields={"scheduler_job_id": job_id, "submitted_at": now, "next_attempt_at": None},
+        fields={"scheduler_job_id": job_id, **_submitted_fields(now)},
         now=now,
+    )
+
+
+def _submitted_fields(now: datetime) -> dict[str, Any]:
+    return {"submitted_at": now, "next_attempt_at": None}
+
+
+def mark_submitted_many(
+    submitted: list[tuple[Worker, str]], *, now: datetime | None = None
+) -> list[Worker]:
+    """``mark_submitted`` for many workers (each with its job id) at once; those it changed."""
+    now = now or timezone.now()
+    return _MACHINE.change_many(
+        [worker for worker, _ in submitted],
+        S.QUEUED,
+        old=S.PENDING,
+        reason="",
+        fields={"deadline_at": _deadline(S.QUEUED, now), **_submitted_fields(now)},
+        each={worker.pk: {"scheduler_job_id": job_id} for worker, job_id in submitted},
+        now=now,
+        after=lambda changed, old: _after_change(changed, S(old), S.QUEUED),
     )
 
 

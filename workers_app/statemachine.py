@@ -20,6 +20,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from activate.celery import app
+from workers_app.bulk import update_each
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,68 @@ class StateMachine(Generic[M]):
                     return False
             # Someone else changed the status between our read and our write: read again.
         return False
+
+    def change_many(
+        self,
+        objs: list[M],
+        new: str,
+        *,
+        old: str,
+        reason: str,
+        now: datetime | None = None,
+        fields: Mapping[str, Any] | None = None,
+        each: Mapping[Any, Mapping[str, Any]] | None = None,
+        after: Callable[[M, str], None] | None = None,
+    ) -> list[M]:
+        """``change`` for many objects at ``old``, each with ``fields`` and its own ``each[pk]``
+        (the same names for all). Returns those it changed, in order.
+
+        On PostgreSQL one update (a compare-and-set on every row: the status must still be
+        ``old``) and one insert of events, instead of a read, an update and an insert each.
+        ``after(obj, old)`` runs for each changed object in the same transaction.
+        """
+        now = now or timezone.now()
+        each = each or {}
+        if not can_transition(self.transitions, old, new):
+            return []
+        values: dict[str, Any] = {
+            "status": new,
+            "status_reason": reason[:REASON_MAX],
+            "updated_at": now,
+        }
+        if new in self.finished:
+            values[self.finished_field] = now
+        values.update(fields or {})
+        meta = self.model._meta
+        owner = meta.model_name
+        with transaction.atomic():
+            own = {obj.pk: each.get(obj.pk, {}) for obj in objs}
+            changed_pks = update_each(self.model, own, common=values, status=old)
+            changed = [obj for obj in objs if obj.pk in changed_pks]
+            self.event_model._default_manager.bulk_create(
+                self.event_model(
+                    **{f"{owner}_id": obj.pk},
+                    old_status=old,
+                    new_status=new,
+                    reason=values["status_reason"],
+                    at=now,
+                )
+                for obj in changed
+            )
+            for obj in changed:
+                for name, value in {**values, **each.get(obj.pk, {})}.items():
+                    setattr(obj, name, value)
+                if after is not None:
+                    after(obj, old)
+                label = getattr(obj, "public_id", obj.pk)
+                log.info("%s %s: %s -> %s (%s)", owner, label, old, new, reason)
+        left = {obj.pk: obj for obj in objs if obj.pk not in changed_pks}
+        if left:
+            for pk, current in self.model._default_manager.filter(pk__in=left).values_list(
+                "pk", "status"
+            ):
+                setattr(left[pk], "status", current)  # noqa: B010 (as in change)
+        return changed
 
 
 def _enqueue(task: str, args: tuple[object, ...]) -> None:

@@ -182,3 +182,58 @@ def test_when_stop_and_timeout_race_then_one_final_status_is_recorded_once() -> 
         finished = worker.events.filter(new_status__in=FINISHED)
         assert finished.count() == 1
         assert_history_is_consistent(worker)
+
+
+@pytest.mark.django_db
+def test_many_submitted_at_once_get_each_its_job_and_one_event_and_an_ended_one_is_left() -> None:
+    # Given five pending workers, one of them stopped meanwhile
+    workers = [WorkerFactory() for _ in range(5)]
+    lifecycle.request_stop(workers[2])
+    stopped = Worker.objects.get(pk=workers[2].pk).status
+    workers[2].status = S.PENDING  # what the submitting process last read
+    # When they are marked submitted together, each with its own job
+    changed = lifecycle.mark_submitted_many([(w, f"70{n}") for n, w in enumerate(workers)])
+    # Then the four still pending are queued with their own job, deadline and one event; the
+    # stopped one is untouched and its object says what it is now
+    assert [w.pk for w in changed] == [w.pk for n, w in enumerate(workers) if n != 2]
+    for n, worker in enumerate(workers):
+        stored = Worker.objects.get(pk=worker.pk)
+        assert stored.status == worker.status
+        if n == 2:
+            assert (stored.status, stored.scheduler_job_id) == (stopped, "")
+            continue
+        assert (stored.status, stored.scheduler_job_id) == (S.QUEUED, f"70{n}")
+        assert stored.deadline_at is not None and stored.submitted_at is not None
+        assert stored.next_attempt_at is None
+        assert stored.events.filter(old_status=S.PENDING, new_status=S.QUEUED).count() == 1
+        assert_history_is_consistent(worker)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_batches_racing_for_the_same_workers_queue_each_once_with_the_winners_job() -> None:
+    assert connection.vendor == "postgresql"
+    for _ in range(10):
+        workers = [WorkerFactory() for _ in range(6)]
+        pks = [w.pk for w in workers]
+        barrier = threading.Barrier(2)
+        won: dict[str, list[int]] = {}
+
+        def submit(tag: str) -> None:
+            mine = list(Worker.objects.filter(pk__in=pks).order_by("pk"))
+            barrier.wait()
+            try:
+                changed = lifecycle.mark_submitted_many([(w, f"{tag}{w.pk}") for w in mine])
+                won[tag] = [w.pk for w in changed]
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=submit, args=(tag,)) for tag in ("1", "2")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(won["1"] + won["2"]) == sorted(pks)
+        for worker in Worker.objects.filter(pk__in=pks):
+            winner = "1" if worker.pk in won["1"] else "2"
+            assert worker.scheduler_job_id == f"{winner}{worker.pk}"
+            assert worker.events.filter(new_status=S.QUEUED).count() == 1
