@@ -345,6 +345,11 @@ sge_up() {
     sge_start_execd
     sge_configure_queue
     sge_wait_queue_ready
+    # The qmaster creates its accounting file when the first job ends; until then qacct cannot
+    # open it, which the adapter reads as a cell without accounting (FINISHED, no exit code).
+    if [[ ! -e "$SGE_COMMON_DIR/accounting" ]]; then
+        install -o "$SGE_ADMIN_USER" -g "$SGE_ADMIN_USER" -m 644 /dev/null "$SGE_COMMON_DIR/accounting"
+    fi
     # The users' clients (no SGE_ROOT in their environment) reach the qmaster.
     runuser -u "$SSH_USER" -- qstat -f >/dev/null 2>&1 \
         || die "qstat as $SSH_USER fails: $(runuser -u "$SSH_USER" -- qstat -f 2>&1 | head -n 3)"
