@@ -209,29 +209,35 @@ def test_many_submitted_at_once_get_each_its_job_and_one_event_and_an_ended_one_
         assert_history_is_consistent(worker)
 
 
+def _two_batches(pks: list[int]) -> dict[str, list[int]]:
+    """Two processes mark the same workers submitted at once, each with jobs of its own tag;
+    which workers each changed."""
+    barrier = threading.Barrier(2)
+    won: dict[str, list[int]] = {}
+
+    def submit(tag: str) -> None:
+        mine = list(Worker.objects.filter(pk__in=pks).order_by("pk"))
+        barrier.wait()
+        try:
+            changed = lifecycle.mark_submitted_many([(w, f"{tag}{w.pk}") for w in mine])
+            won[tag] = [w.pk for w in changed]
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=submit, args=(tag,)) for tag in ("1", "2")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return won
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_batches_racing_for_the_same_workers_queue_each_once_with_the_winners_job() -> None:
     assert connection.vendor == "postgresql"
     for _ in range(10):
-        workers = [WorkerFactory() for _ in range(6)]
-        pks = [w.pk for w in workers]
-        barrier = threading.Barrier(2)
-        won: dict[str, list[int]] = {}
-
-        def submit(tag: str) -> None:
-            mine = list(Worker.objects.filter(pk__in=pks).order_by("pk"))
-            barrier.wait()
-            try:
-                changed = lifecycle.mark_submitted_many([(w, f"{tag}{w.pk}") for w in mine])
-                won[tag] = [w.pk for w in changed]
-            finally:
-                connection.close()
-
-        threads = [threading.Thread(target=submit, args=(tag,)) for tag in ("1", "2")]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        pks = [WorkerFactory().pk for _ in range(6)]
+        won = _two_batches(pks)
         assert sorted(won["1"] + won["2"]) == sorted(pks)
         for worker in Worker.objects.filter(pk__in=pks):
             winner = "1" if worker.pk in won["1"] else "2"
