@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import connection, models
@@ -75,3 +75,60 @@ def _update_sql(
         f"UPDATE {quote(model._meta.db_table)} AS t SET {', '.join(sets)} "  # noqa: S608
         f"FROM (SELECT {', '.join(arrays)}) AS v WHERE {where} RETURNING t.{column(pk.name)}"
     )
+
+
+def insert_all(objs: Sequence[models.Model], *, key: str | None = None) -> None:
+    """bulk_create for objects of one model that differ in a few columns, each given its pk.
+
+    On PostgreSQL one INSERT ... SELECT: what every object shares goes as one value, the rest
+    as arrays (``key``, a unique column among them, pairs the new pks with the objects; without
+    it they pair in order, as bulk_create's do). Django's bulk_create prepares every column of
+    every row: 0.4 s for 500 workers, most of a bulk request's time.
+    """
+    if not objs:
+        return
+    model = type(objs[0])
+    if connection.vendor != "postgresql" or len(objs) == 1:
+        model._default_manager.bulk_create(objs)
+        return
+    pk = model._meta.pk
+    assert pk is not None
+    shared: list[tuple[models.Field[Any, Any], Any]] = []
+    varying: list[tuple[models.Field[Any, Any], list[Any]]] = []
+    for field in model._meta.concrete_fields:
+        if field.primary_key and field.db_returning:
+            continue
+        raw = [field.pre_save(obj, add=True) for obj in objs]
+        if all(type(v) is type(raw[0]) and v == raw[0] for v in raw):
+            shared.append((field, field.get_db_prep_save(raw[0], connection)))
+        else:
+            varying.append((field, [field.get_db_prep_save(v, connection) for v in raw]))
+    if key is not None and key not in {field.name for field, _ in varying}:
+        raise ValueError(f"{key} is not a column the objects differ in")
+    quote = connection.ops.quote_name
+    columns = [quote(field.column or field.name) for field, _ in shared + varying]
+    values = [f"%s::{field.db_type(connection)}" for field, _ in shared]
+    values += [f"v.c{i}" for i in range(len(varying))]
+    arrays = [f"%s::{field.db_type(connection)}[]" for field, _ in varying]
+    aliases = ", ".join(f"c{i}" for i in range(len(varying)))
+    returning = quote(pk.column or pk.name)
+    if key:
+        returning += f", {quote(_field(model, key).column or key)}"
+    # Every name here is the model's own, quoted; every value goes as a parameter.
+    sql = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(columns)}) "  # noqa: S608
+        f"SELECT {', '.join(values)} FROM unnest({', '.join(arrays)}) AS v({aliases}) "
+        f"RETURNING {returning}"
+    )
+    params = [value for _, value in shared] + [array for _, array in varying]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if len(rows) != len(objs):
+        raise RuntimeError(f"inserted {len(rows)} rows of {len(objs)}")
+    by_key = {getattr(obj, key): obj for obj in objs} if key else {}
+    for index, row in enumerate(rows):
+        obj = by_key[row[1]] if key else objs[index]
+        setattr(obj, pk.attname, row[0])
+        obj._state.adding = False
+        obj._state.db = connection.alias

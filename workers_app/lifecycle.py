@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from workers_app import effects, signals
 from workers_app.agents import heartbeats
+from workers_app.bulk import insert_all
 from workers_app.metrics import families
 from workers_app.models import Worker, WorkerEvent
 from workers_app.statemachine import StateMachine
@@ -112,9 +113,11 @@ def record_event(worker: Worker, reason: str) -> None:
 
 def record_events(workers: list[Worker], reason: str) -> None:
     """``record_event`` for many workers, in one insert."""
-    WorkerEvent.objects.bulk_create(
-        WorkerEvent(worker_id=w.pk, old_status=w.status, new_status=w.status, reason=reason)
-        for w in workers
+    insert_all(
+        [
+            WorkerEvent(worker_id=w.pk, old_status=w.status, new_status=w.status, reason=reason)
+            for w in workers
+        ]
     )
 
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from workers_app import effects, idle, lifecycle, signals, usage
 from workers_app.accounts import acting_account
+from workers_app.bulk import insert_all
 from workers_app.connections import adapter_for_worker
 from workers_app.models import Cluster, Environment, SavedRequest, Worker, WorkerCommand
 from workers_app.models.idle import IdlePolicy
@@ -173,7 +174,7 @@ def _record_requests(
             if len(workers) == 1:
                 workers[0].save()
             else:
-                Worker.objects.bulk_create(workers)
+                insert_all(workers, key="public_id")
             lifecycle.record_events(workers, "Requested")
             effects.submit_workers([w.pk for w in workers])
     except IntegrityError:

@@ -20,7 +20,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from activate.celery import app
-from workers_app.bulk import update_each
+from workers_app.bulk import insert_all, update_each
 
 log = logging.getLogger(__name__)
 
@@ -140,15 +140,17 @@ class StateMachine(Generic[M]):
             own = {obj.pk: each.get(obj.pk, {}) for obj in objs}
             changed_pks = update_each(self.model, own, common=values, status=old)
             changed = [obj for obj in objs if obj.pk in changed_pks]
-            self.event_model._default_manager.bulk_create(
-                self.event_model(
-                    **{f"{owner}_id": obj.pk},
-                    old_status=old,
-                    new_status=new,
-                    reason=values["status_reason"],
-                    at=now,
-                )
-                for obj in changed
+            insert_all(
+                [
+                    self.event_model(
+                        **{f"{owner}_id": obj.pk},
+                        old_status=old,
+                        new_status=new,
+                        reason=values["status_reason"],
+                        at=now,
+                    )
+                    for obj in changed
+                ]
             )
             for obj in changed:
                 for name, value in {**values, **each.get(obj.pk, {})}.items():
