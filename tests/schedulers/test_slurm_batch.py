@@ -231,3 +231,21 @@ def test_the_command_is_one_line_without_a_history_mark() -> None:
     command = shlex.join(SUBMIT_COMMAND)
     assert "\n" not in command and "!" not in command
     assert SUBMIT_COMMAND[4] == f"exec({SUBMIT_PROGRAM!r})"
+
+
+def test_a_login_host_without_sbatch_refuses_each_job_with_the_reason(tmp_path: Path) -> None:
+    # Given a login host whose PATH has the shell and Python but no sbatch
+    (tmp_path / "bin").mkdir()
+    for tool in ("sh", "python3"):
+        found = shutil.which(tool, path="/usr/bin:/bin")
+        assert found is not None
+        (tmp_path / "bin" / tool).symlink_to(found)
+    stdin = b"a - 5\n#!/shb - 5\n#!/sh"
+    env = {"PATH": str(tmp_path / "bin")}
+    argv = ["/bin/sh", *SUBMIT_COMMAND[1:]]
+    result = subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=30)
+    # Then each job is refused (exit 127) in words that say so, and the loop went on
+    outcomes = parse_submit_loop(result.stdout.decode(), SlurmAdapter(FakeRunner()))
+    assert len(outcomes) == 2
+    for outcome in outcomes:
+        assert isinstance(outcome, SchedulerError) and "No such file" in str(outcome)
