@@ -68,14 +68,7 @@ class StateMachine(Generic[M]):
         now = now or timezone.now()
         owner = self.model._meta.model_name
         rows = self.model._default_manager.filter(pk=obj.pk)
-        values: dict[str, Any] = {
-            "status": new,
-            "status_reason": reason[:REASON_MAX],
-            "updated_at": now,
-        }
-        if new in self.finished:
-            values[self.finished_field] = now
-        values.update(fields or {})
+        values = self._written(new, reason, now, fields)
         for _ in range(_MAX_RACE_RETRIES):
             current = rows.values_list("status", flat=True).first()
             if current not in allowed or not can_transition(self.transitions, current, new):
@@ -103,6 +96,20 @@ class StateMachine(Generic[M]):
             # Someone else changed the status between our read and our write: read again.
         return False
 
+    def _written(
+        self, new: str, reason: str, now: datetime, fields: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """The columns a change to ``new`` writes."""
+        values: dict[str, Any] = {
+            "status": new,
+            "status_reason": reason[:REASON_MAX],
+            "updated_at": now,
+        }
+        if new in self.finished:
+            values[self.finished_field] = now
+        values.update(fields or {})
+        return values
+
     def change_many(
         self,
         objs: list[M],
@@ -126,14 +133,7 @@ class StateMachine(Generic[M]):
         each = each or {}
         if not can_transition(self.transitions, old, new):
             return []
-        values: dict[str, Any] = {
-            "status": new,
-            "status_reason": reason[:REASON_MAX],
-            "updated_at": now,
-        }
-        if new in self.finished:
-            values[self.finished_field] = now
-        values.update(fields or {})
+        values = self._written(new, reason, now, fields)
         meta = self.model._meta
         owner = meta.model_name
         with transaction.atomic():
