@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 import pytest
 from django.db import connection
@@ -18,6 +19,8 @@ from workers_app.models import Worker
 from workers_app.statuses import FINISHED, TRANSITIONS, WorkerStatus, can_transition
 
 S = WorkerStatus
+L = TypeVar("L")
+R = TypeVar("R")
 
 OPERATIONS: dict[str, Callable[[Worker], bool]] = {
     "submit": lambda w: lifecycle.mark_submitted(w, job_id="42"),
@@ -134,15 +137,16 @@ def test_given_a_deadline_not_yet_reached_then_time_out_does_nothing() -> None:
     assert (worker.status, worker.status_reason) == (S.ERROR, lifecycle.REASON_PENDING_TIMEOUT)
 
 
-def _race(worker_pk: int, calls: list[Callable[[Worker], bool]]) -> list[bool]:
+def _at_once(load: Callable[[], L], calls: list[Callable[[L], R]]) -> list[R | None]:
+    """Each call in a thread of its own, on what ``load`` read there, all let go together."""
     barrier = threading.Barrier(len(calls))
-    results: list[bool] = [False] * len(calls)
+    results: list[R | None] = [None] * len(calls)
 
     def run(index: int) -> None:
         try:
-            worker = Worker.objects.get(pk=worker_pk)
+            loaded = load()
             barrier.wait()
-            results[index] = calls[index](worker)
+            results[index] = calls[index](loaded)
         finally:
             connection.close()
 
@@ -152,6 +156,10 @@ def _race(worker_pk: int, calls: list[Callable[[Worker], bool]]) -> list[bool]:
     for thread in threads:
         thread.join()
     return results
+
+
+def _race(worker_pk: int, calls: list[Callable[[Worker], bool]]) -> list[bool]:
+    return [bool(won) for won in _at_once(lambda: Worker.objects.get(pk=worker_pk), calls)]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -212,24 +220,16 @@ def test_many_submitted_at_once_get_each_its_job_and_one_event_and_an_ended_one_
 def _two_batches(pks: list[int]) -> dict[str, list[int]]:
     """Two processes mark the same workers submitted at once, each with jobs of its own tag;
     which workers each changed."""
-    barrier = threading.Barrier(2)
-    won: dict[str, list[int]] = {}
 
-    def submit(tag: str) -> None:
-        mine = list(Worker.objects.filter(pk__in=pks).order_by("pk"))
-        barrier.wait()
-        try:
-            changed = lifecycle.mark_submitted_many([(w, f"{tag}{w.pk}") for w in mine])
-            won[tag] = [w.pk for w in changed]
-        finally:
-            connection.close()
+    def batch(tag: str) -> Callable[[list[Worker]], list[int]]:
+        return lambda mine: [
+            w.pk for w in lifecycle.mark_submitted_many([(w, f"{tag}{w.pk}") for w in mine])
+        ]
 
-    threads = [threading.Thread(target=submit, args=(tag,)) for tag in ("1", "2")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return won
+    first, second = _at_once(
+        lambda: list(Worker.objects.filter(pk__in=pks).order_by("pk")), [batch("1"), batch("2")]
+    )
+    return {"1": first or [], "2": second or []}
 
 
 @pytest.mark.django_db(transaction=True)

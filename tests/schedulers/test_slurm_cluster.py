@@ -289,6 +289,8 @@ def test_a_batch_past_one_round_goes_in_equal_shares_each_job_made_once_under_it
     assert pairs == sorted(zip(names, outcomes, strict=True))
 
 
+# How the submit loop shows in `ps` when it runs in the login host's Python.
+PYTHON_LOOP = "python3 -I -S -c exec("
 # The neighbour's watch while the owner submits: the owner's processes' command lines, and their
 # environment and stdin (where the submit loops take the scripts).
 NEIGHBOUR_WATCH = (
@@ -331,14 +333,15 @@ def test_a_neighbour_watching_the_submit_loops_at_once_gets_no_script_and_no_sec
             outcomes = slurm.submit_many(specs)
             submitted += [o for o in outcomes if isinstance(o, str)]
             assert all(isinstance(o, str) for o in outcomes), outcomes
-            if slurm_module.SUBMIT_MARKER in log.read_text(errors="replace"):
+            if PYTHON_LOOP in log.read_text(errors="replace"):
                 break
     finally:
         os.killpg(watcher.pid, signal.SIGTERM)
         watcher.wait(timeout=30)
     seen = log.read_text(errors="replace")
-    # Then the neighbour watched while the loops ran (their command lines are listed), the
-    # kernel refused every read of the owner's environment and stdin, and no key was seen
-    assert slurm_module.SUBMIT_MARKER in seen
+    # Then the neighbour watched while the loops ran in the login host's Python (their command
+    # lines are listed), the kernel refused every read of the owner's environment and stdin
+    # (the loops' and their sbatch's), and no key was seen
+    assert PYTHON_LOOP in seen and slurm_module.SUBMIT_MARKER in seen
     assert "Permission denied" in seen
     assert not [key for key in keys if key in seen]
