@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,7 +157,12 @@ if grep -q REFUSE "$KEPT/$n"; then echo "sbatch: error: Batch job submission fai
 echo "$((100 + n))"
 """
 SHADOWED = "#!/bin/sh\necho 'the loop ran $0' >&2\nexit 1\n"
-LOGIN_HOSTS = ["python3", "no python3"]
+LOGIN_HOSTS = ["python3", "python3 before 3.8", "no python3"]
+# A Python without os.posix_spawnp (3.7 and older): the loop starts sbatch by fork instead.
+OLD_PYTHON = """#!/bin/sh
+[ "$1 $2 $3" = "-I -S -c" ] || exit 99
+exec {python} -I -S -c 'import os, sys; del os.posix_spawnp; exec(sys.argv[1])' "$4"
+"""
 
 
 def run_loop(stdin: bytes, tmp_path: Path, login_host: str) -> tuple[str, list[bytes]]:
@@ -166,8 +172,10 @@ def run_loop(stdin: bytes, tmp_path: Path, login_host: str) -> tuple[str, list[b
     bin_ = tmp_path / "bin"
     bin_.mkdir(parents=True)
     (bin_ / "sbatch").write_text(FAKE_SBATCH)
-    if login_host == "python3":
+    if login_host.startswith("python3"):
         (bin_ / "head").write_text(SHADOWED)
+        if login_host == "python3 before 3.8":
+            (bin_ / "python3").write_text(OLD_PYTHON.format(python=sys.executable))
         path = f"{bin_}:{os.environ['PATH']}"
     else:
         for tool in ("sh", "head", "ls", "wc", "cat", "grep"):
@@ -233,13 +241,20 @@ def test_the_command_is_one_line_without_a_history_mark() -> None:
     assert SUBMIT_COMMAND[4] == f"exec({SUBMIT_PROGRAM!r})"
 
 
-def test_a_login_host_without_sbatch_refuses_each_job_with_the_reason(tmp_path: Path) -> None:
+@pytest.mark.parametrize("login_host", ["python3", "python3 before 3.8"])
+def test_a_login_host_without_sbatch_refuses_each_job_with_the_reason(
+    tmp_path: Path, login_host: str
+) -> None:
     # Given a login host whose PATH has the shell and Python but no sbatch
     (tmp_path / "bin").mkdir()
     for tool in ("sh", "python3"):
         found = shutil.which(tool, path="/usr/bin:/bin")
         assert found is not None
-        (tmp_path / "bin" / tool).symlink_to(found)
+        if tool == "python3" and login_host == "python3 before 3.8":
+            (tmp_path / "bin" / tool).write_text(OLD_PYTHON.format(python=found))
+            (tmp_path / "bin" / tool).chmod(0o755)
+        else:
+            (tmp_path / "bin" / tool).symlink_to(found)
     stdin = b"a - 5\n#!/shb - 5\n#!/sh"
     env = {"PATH": str(tmp_path / "bin")}
     argv = ["/bin/sh", *SUBMIT_COMMAND[1:]]
