@@ -57,9 +57,10 @@ bench: venv services cluster
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/activate_bench REDIS_URL=redis://127.0.0.1:6379/5 \
 		$(BIN)/python -m bench
 
+# DRILLS names some of them (default: all; CI runs a few, .ci/run).
 drills: venv services cluster
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/activate_drills REDIS_URL=redis://127.0.0.1:6379/6 \
-		$(BIN)/python -m drills
+		$(BIN)/python -m drills $(DRILLS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
