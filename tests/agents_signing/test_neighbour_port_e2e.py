@@ -9,6 +9,7 @@ copy of what crossed it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +32,8 @@ S = WorkerStatus
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 # Room for the neighbour's turn: the platform would rightly stop an agent silent this long.
 KNOBS = {"ACTIVATE_HEARTBEAT_TIMEOUT": "30"}
+# What the heartbeat sweep logs when it grants every connected worker a fresh grace period.
+GRACE = "connected workers get a fresh grace period"
 
 
 @dataclass
@@ -210,18 +213,28 @@ def test_a_captured_beat_replayed_to_the_platform_is_refused_and_changes_nothing
     try:
         # A beat sent just before the freeze must land before the slate is wiped.
         wait_for(lambda: front.in_flight == 0, timeout=10)
-        HeartbeatStore().forget(worker.pk)
-        # When the neighbour sends it to the agents' server again
-        again = httpx.post(
-            platform.agent_url + captured.path,
-            content=captured.body,
-            headers={k: v for k, v in captured.headers.items() if k.lower() != "host"},
-            timeout=10,
-        )
+        for _ in range(3):
+            graces = platform.log_count(GRACE)
+            HeartbeatStore().forget(worker.pk)
+            # When the neighbour sends it to the agents' server again
+            again = httpx.post(
+                platform.agent_url + captured.path,
+                content=captured.body,
+                headers={k: v for k, v in captured.headers.items() if k.lower() != "host"},
+                timeout=10,
+            )
+            alive = HeartbeatStore().alive([worker.pk])
+            time.sleep(0.5)
+            # The sweeper's first sweep on this test's fresh Redis (CI saw it 7 s after the
+            # start, in this very window), like any sweep that finds a gap on the platform's
+            # side, grants every connected worker a fresh grace: it sets the key the replay must
+            # not. Such a turn shows nothing of the replay, so it is taken again.
+            if platform.log_count(GRACE) == graces:
+                break
         # Then it is refused, unsigned, and keeps nobody alive
         assert again.status_code == 401, again.text
         assert "x-activate-signature" not in again.headers
-        assert HeartbeatStore().alive([worker.pk]) == set()
+        assert alive == set()
     finally:
         thaw(frozen)
     worker.refresh_from_db()
