@@ -23,6 +23,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+# scripts/run.py, beside this file (sys.path[0] when run as a script).
+from run import set_password
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
 CLUSTER = REPO / ".cluster"
@@ -47,8 +50,10 @@ def cluster_env() -> dict[str, str]:
 def demo_password() -> str:
     DATA.mkdir(exist_ok=True)
     if not PASSWORD_FILE.exists():
-        PASSWORD_FILE.write_text(secrets.token_urlsafe(12) + "\n")
-        PASSWORD_FILE.chmod(0o600)
+        # 0600 from its first moment: data/ may be open to others before make run closes it.
+        created = os.open(PASSWORD_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(created, "w") as out:
+            out.write(secrets.token_urlsafe(12) + "\n")
     return PASSWORD_FILE.read_text().strip()
 
 
@@ -84,16 +89,8 @@ def register_cluster(*, via_login_host: bool) -> None:
 
 
 def ensure_demo_user(password: str) -> None:
-    """A few ORM lines, as make run's operator account."""
-    script = (
-        "from django.contrib.auth import get_user_model\n"
-        "User = get_user_model()\n"
-        f"user = User.objects.filter(username={DEMO_USER!r}).first() "
-        f"or User(username={DEMO_USER!r})\n"
-        f"user.set_password({password!r})\n"
-        "user.save()\n"
-    )
-    manage("shell", "--verbosity", "0", "-c", script)
+    """As make run's operator account: the password on manage.py's stdin, not its command line."""
+    set_password(DEMO_USER, password, operator=False)
 
 
 def answers(url: str) -> bool:

@@ -10,6 +10,7 @@ in data/secret-key.txt (mode 0600; the settings make it, so manage.py commands s
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -28,21 +29,41 @@ PASSWORD_FILE = DATA / "admin-password.txt"
 ROLES = ("web", "agents", "worker", "sweeper", "beat", "relays")
 
 
+# Reads what to set from stdin: a command line is every local user's to read
+# (/proc/<pid>/cmdline), a process's stdin is its owner's alone.
+ACCOUNT_SCRIPT = """
+import json, sys
+from django.contrib.auth import get_user_model
+asked = json.loads(sys.stdin.read())
+User = get_user_model()
+user = User.objects.filter(username=asked["username"]).first() or User(username=asked["username"])
+if asked["operator"]:
+    user.is_staff = user.is_superuser = True
+user.set_password(asked["password"])
+user.save()
+"""
+
+
+def set_password(username: str, password: str, *, operator: bool) -> None:
+    """Creates or updates the account ``username`` (an operator if ``operator``) with
+    ``password``, which goes to manage.py on stdin, never on its command line."""
+    asked = {"username": username, "password": password, "operator": operator}
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "--verbosity", "0", "-c", ACCOUNT_SCRIPT],
+        cwd=REPO,
+        input=json.dumps(asked),
+        text=True,
+        check=True,
+    )
+
+
 def ensure_operator() -> str:
     private_directory(DATA)
     if not PASSWORD_FILE.exists():
         PASSWORD_FILE.write_text(secrets.token_urlsafe(12) + "\n")
         PASSWORD_FILE.chmod(0o600)
     password = PASSWORD_FILE.read_text().strip()
-    script = (
-        "from django.contrib.auth import get_user_model\n"
-        "User = get_user_model()\n"
-        "user = User.objects.filter(username='admin').first() or User(username='admin')\n"
-        "user.is_staff = user.is_superuser = True\n"
-        f"user.set_password({password!r})\n"
-        "user.save()\n"
-    )
-    subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=REPO, check=True)
+    set_password("admin", password, operator=True)
     return password
 
 
