@@ -21,9 +21,12 @@ pytestmark = pytest.mark.slurm
 SEARCHED = ["/tmp", "/var/tmp", "/dev/shm", "/run", "/var/spool", "/var/lib/slurm", "/home"]
 
 
-def run_as(user: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_as(
+    user: str, *argv: str, timeout: float = 60, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["runuser", "-u", user, "--", *argv],
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -82,9 +85,16 @@ def test_the_agents_key_is_in_nothing_a_neighbour_can_read(
     # Every file the neighbour can open where a job's traces could lie.
     # The same search as root finds the key where Slurm keeps the job's script: the places are
     # the right ones, and only permissions keep the neighbour out.
+    # (The key goes to grep on stdin: on its command line the neighbour's watcher would see it.)
     found = subprocess.run(
-        ["grep", "-rlsF", "--", secret, *SEARCHED], capture_output=True, text=True, timeout=120
+        ["grep", "-rlsF", "-f", "-", "--", *SEARCHED],
+        input=secret + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert found.stdout.strip(), "the search finds no copy of the key even as root"
-    searched = run_as(neighbour, "grep", "-rlsF", "--", secret, *SEARCHED, timeout=120)
+    searched = run_as(
+        neighbour, "grep", "-rlsF", "-f", "-", "--", *SEARCHED, stdin=secret + "\n", timeout=120
+    )
     assert searched.stdout == "", searched.stdout
