@@ -13,6 +13,7 @@ from django.contrib.auth.models import AbstractUser
 
 from harness import HarnessError, cells
 from harness.cluster import SshTarget
+from tests.watched import _neighbour_watch, neighbour_watcher, pytest_runtest_call  # noqa: F401
 from workers_app.models import Cluster
 from workers_app.redis_connection import redis_client
 
