@@ -59,17 +59,11 @@ def start_x_server(launcher: "Launcher", xvnc: str, xauth: str, vnc_socket: str)
         )
         if os.path.exists(authority):
             os.unlink(authority)
+        # The cookie goes on xauth's stdin: any user of the node can read a command line.
+        entry = "add :%d MIT-MAGIC-COOKIE-1 %s\n" % (display, os.urandom(16).hex())
         added = subprocess.run(
-            [
-                xauth,
-                "-q",
-                "-f",
-                authority,
-                "add",
-                ":%d" % display,
-                "MIT-MAGIC-COOKIE-1",
-                os.urandom(16).hex(),
-            ],
+            [xauth, "-q", "-f", authority, "source", "-"],
+            input=entry.encode(),
             stdout=launcher.log,
             stderr=launcher.log,
         )
