@@ -149,7 +149,7 @@ def test_a_neighbour_watching_command_lines_gets_no_cookie_that_opens_the_deskto
         out, _ = watcher.communicate("", timeout=60)
     read = [json.loads(line) for line in out.splitlines()]
     state = session_state(session["id"])
-    programs = descendants(state.node_pid)
+    programs = descendants(state.node_pid or 0)
     xvnc = next(pid for pid in programs if re.search("X(tiger)?vnc", args_of(pid)[0]))
     args = args_of(xvnc)
     display = int(args[1].lstrip(":"))
