@@ -10,6 +10,9 @@ terminals and read the platform's cookies as its owner. Instead:
 - There the owner, logged in, gets a one-time token (random, in Redis for ``HANDOFF_SECONDS``,
   bound to the user, the session, the platform session, the state and the path asked for) and a
   redirect to ``HANDOFF_PATH`` on the session's host.
+- Redis keeps no credential: the token and the host's cookie as hashes, the state as a hash,
+  and the platform session's key sealed under the token or cookie it was handed to, so what is
+  stored logs nobody in (tests/sessions/test_redis_read.py).
 - The session's host takes the token once, if the browser holds its state (so no one can send
   someone else into their own session with a token of theirs), and sets a cookie for that host
   alone (no Domain, HttpOnly, SameSite=Lax) holding a credential of its own (in Redis, bound to
@@ -26,7 +29,9 @@ other (the session's program can then act as its owner on the platform).
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import json
 import logging
 import re
@@ -36,6 +41,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from channels.db import database_sync_to_async
+from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.shortcuts import resolve_url
@@ -138,8 +144,29 @@ def from_session_origin(scope: Scope) -> bool:
 
 def _key(kind: str, secret: str) -> str:
     # Only a hash is kept: what Redis holds opens nothing by itself.
-    digest = hashlib.sha256(secret.encode()).hexdigest()
-    return f"activate:session-{kind}:{settings.ACTIVATE_INSTALLATION_ID}:{digest}"
+    return f"activate:session-{kind}:{settings.ACTIVATE_INSTALLATION_ID}:{_hashed(secret)}"
+
+
+def _hashed(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _sealer(secret: str) -> Fernet:
+    # Another function of the secret than _hashed: the key a record is found by does not open it.
+    return Fernet(base64.urlsafe_b64encode(hmac.digest(secret.encode(), b"seal", "sha256")))
+
+
+def _seal(secret: str, platform_session: str) -> str:
+    """The platform session's key, readable only with ``secret`` (a token or cookie the browser
+    holds and Redis does not): a reader of Redis cannot log in as its owner."""
+    return _sealer(secret).encrypt(platform_session.encode()).decode()
+
+
+def _unseal(secret: str, sealed: str) -> str | None:
+    try:
+        return _sealer(secret).decrypt(sealed.encode()).decode()
+    except InvalidToken:
+        return None
 
 
 def create_handoff(
@@ -153,8 +180,8 @@ def create_handoff(
     record = {
         "user": user.pk,
         "session": public_id,
-        "platform_session": platform_session,
-        "state": state,
+        "platform_session": _seal(token, platform_session),
+        "state": _hashed(state),
         "next": next_path,
     }
     redis_client().set(_key("handoff", token), json.dumps(record), ex=HANDOFF_SECONDS)
@@ -169,10 +196,19 @@ def take_handoff(token: str, public_id: str, state: str) -> tuple[str, str] | No
     if raw is None:
         return None
     record = json.loads(raw)
-    if record["session"] != public_id or not secrets.compare_digest(record["state"], state):
+    if record["session"] != public_id or not secrets.compare_digest(
+        record["state"], _hashed(state)
+    ):
+        return None
+    platform_session = _unseal(token, record["platform_session"])
+    if platform_session is None:
         return None
     credential = secrets.token_urlsafe(32)
-    kept = {k: record[k] for k in ("user", "session", "platform_session")}
+    kept = {
+        "user": record["user"],
+        "session": public_id,
+        "platform_session": _seal(credential, platform_session),
+    }
     redis_client().set(
         _key("origin", credential), json.dumps(kept), ex=int(settings.SESSION_COOKIE_AGE)
     )
@@ -188,7 +224,10 @@ def credential_user(credential: str, public_id: str) -> Any | None:
     record = json.loads(raw)
     if record["session"] != public_id:
         return None
-    store = import_module(settings.SESSION_ENGINE).SessionStore(record["platform_session"])
+    platform_session = _unseal(credential, record["platform_session"])
+    if platform_session is None:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(platform_session)
     if str(store.get(SESSION_KEY)) != str(record["user"]):
         return None
     user = get_user_model().objects.filter(pk=record["user"], is_active=True).first()
