@@ -14,13 +14,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 
 from harness.agents import SignedAgent
 from harness.platform import Platform
@@ -137,8 +137,8 @@ def sent_to_platform(response: httpx.Response) -> bool:
 
 def everything_in_redis() -> list[str]:
     """Every key's name and every value, hash field, list item and member, as text."""
-    client = redis_client()
-    found: list[bytes] = []
+    client: Any = redis_client()
+    found: list[Any] = []
     for key in client.scan_iter(count=1000):
         found.append(key)
         kind = client.type(key).decode()
@@ -211,8 +211,8 @@ def test_nothing_read_from_redis_logs_in_opens_a_session_or_signs_for_an_agent(
     platform: Platform,
 ) -> None:
     # Given: alice, a worker of hers whose job was given its key, and a session on it.
-    alice: AbstractUser = get_user_model().objects.create_user("alice", password=PASSWORD)
-    worker: Worker = WorkerFactory(owner=alice)
+    alice = User.objects.create_user("alice", password=PASSWORD)
+    worker = cast(Worker, WorkerFactory(owner=alice))
     key = issue_agent_key(worker.public_id)
     Worker.objects.filter(pk=worker.pk).update(agent_secret_hash=key.key_hash)
     worker.refresh_from_db()
@@ -238,7 +238,7 @@ def test_nothing_read_from_redis_logs_in_opens_a_session_or_signs_for_an_agent(
         browser = Browser(web, platform)
         # When: her agent connects and beats, she logs in, her session is handed over to its
         # own host (and a second handoff is on its way, not taken yet), and her API key is used.
-        connect = {"worker": worker.public_id, "hostname": "node7"}
+        connect: dict[str, object] = {"worker": worker.public_id, "hostname": "node7"}
         assert agent.post(agents, "/agent/v1/connect", connect).status_code == 200
         assert agent.post(agents, "/agent/v1/heartbeat").status_code == 200
         platform_cookie = logged_in(browser, "alice")
