@@ -445,6 +445,70 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
     context.close()
 
 
+def test_a_row_menu_opened_as_the_table_refreshes_stays_open_and_its_items_work(
+    browser_platform: Platform, world: dict[str, Any], chromium: Any, screenshots: Path
+) -> None:
+    """The Workers table is refreshed every two seconds; a refresh already on its way when a row's
+    menu opens must not close it under the pointer ("Delete worker" was never clickable)."""
+    bobs = Worker.objects.get(name="bobs-worker")
+    context = chromium.new_context(viewport={"width": 1280, "height": 800})
+    ui = Browser(context.new_page(), browser_platform.url, screenshots)
+    page = ui.page
+    ui.log_in("operator")
+    row = page.locator(f"#worker-{bobs.public_id}")
+    summary = row.locator("details.menu summary")
+    refreshes: list[str] = []
+
+    def count_refresh(request: Any) -> None:
+        if "/workers/table/" in request.url:
+            refreshes.append(request.url)
+
+    page.on("request", count_refresh)
+
+    def swapped() -> None:
+        """Wait until a refresh has replaced the table (the element marked here is gone)."""
+        page.evaluate("document.getElementById('workers-table').dataset.old = '1'")
+        page.locator("#workers-table:not([data-old])").wait_for(state="attached", timeout=10_000)
+
+    # Given: a refresh held on its way (as on a slow network) ...
+    held: list[Any] = []
+    page.route("**/workers/table/**", lambda route: held.append(route))
+    deadline = time.monotonic() + 10
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert held, "the table was not refreshed within 10 s"
+    # ... when the row's menu is opened, then the refresh arrives.
+    summary.click()
+    with page.expect_response(lambda r: "/workers/table/" in r.url):
+        held[0].continue_()
+    page.unroute("**/workers/table/**")
+    # When: more than two refresh periods go by.
+    asked = len(refreshes)
+    page.wait_for_timeout(5000)
+    # Then: the menu is still open and its items work; no refresh was asked for meanwhile.
+    assert row.locator("details.menu[open]").count() == 1
+    assert len(refreshes) == asked, refreshes
+    ui.shot("15-row-menu-across-refreshes", full_page=False)
+    assert "{#" not in page.inner_text("main")  # a template comment left on the page
+    row.get_by_role("link", name="Delete worker").click(timeout=2000)
+    dialog = page.locator("dialog#dialog")
+    dialog.wait_for(state="visible")
+    # The dialog it opened stays open while the table behind it refreshes.
+    swapped()
+    assert dialog.is_visible() and "deletes every session running on it" in dialog.inner_text()
+    page.keyboard.press("Escape")
+    dialog.wait_for(state="hidden")
+    # Focus on a row's control stays there across a refresh (the keyboard user is not thrown out).
+    summary.focus()
+    swapped()
+    focused = page.evaluate("document.activeElement.getAttribute('aria-label')")
+    assert focused == "Actions for bobs-worker"
+    page.keyboard.press("Enter")
+    assert row.locator("details.menu[open]").count() == 1
+    assert ui.errors == [] and ui.outside == []
+    context.close()
+
+
 def test_staff_see_everyones_workers_and_the_admin_is_named_activate(
     browser_platform: Platform, world: dict[str, Any], chromium: Any, screenshots: Path
 ) -> None:

@@ -23,6 +23,16 @@
     }
   });
 
+  // The Workers table is replaced every two seconds, and no refresh starts while a row's menu is
+  // open; one already on its way is dropped if a menu opened meanwhile (the next one brings the
+  // news), so the menu does not close under the user's pointer.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const target = event.detail.target;
+    if (target && target.id === "workers-table" && target.querySelector("details.menu[open]")) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
   document.addEventListener("close", function (event) {
     if (event.target.id === "dialog") {
       document.getElementById("dialog-body").replaceChildren();
