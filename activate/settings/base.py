@@ -318,6 +318,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "pages:login"
 LOGIN_REDIRECT_URL = "pages:workers"
 LOGOUT_REDIRECT_URL = "pages:login"
+# Django's database sessions, the table keeping a hash of each key, never the cookie's key.
+SESSION_ENGINE = "activate.login_sessions"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

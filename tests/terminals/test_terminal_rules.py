@@ -12,11 +12,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth.models import AbstractUser
-from django.contrib.sessions.backends.db import SessionStore
 from django.test import override_settings
 from django.utils import timezone
 
 from activate.asgi import application
+from activate.login_sessions import SessionStore
 from tests.factories import ClusterFactory, WorkerFactory
 from workers_app.models import ApiKey, TerminalRecord, Worker
 from workers_app.statuses import WorkerStatus
