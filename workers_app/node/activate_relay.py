@@ -13,6 +13,16 @@ Only the agent endpoints pass (``/agent/``, GET or POST, one request per connect
 body); anything else is answered 403 here and never reaches the platform. Each request's Host
 header becomes HOST, the agents' server's own name, which the platform accepts.
 
+Any user who can reach the port can also try to hold its connections. A request must arrive
+whole within REQUEST_WITHIN, however it trickles in; requests not read yet are capped per peer
+(a user of this host by uid, anyone else by address) and in all, and when full the newcomer
+takes the slot of the fullest peer's oldest (an agent's request arrives within milliseconds, so
+a slot held longer is a neighbour's); requests read whole are passed on in slots of their own,
+never behind unread ones. Every call the relay could not pass (a connection made to give way, a
+request refused for lack of slots, the platform not reached) is counted, and the count is
+printed on stderr, ``shed=<n> ...``, at most once a second: its keeper reads it there, and the
+platform counts no agent's silence while the relay sheds.
+
 The forwarded port is on the login host's loopback, where any local user can connect to it; the
 platform's end of the forward drops every connection that does not begin with the proof, which
 only this process has (it came on stdin, never in a command line). The relay listens on every
@@ -25,9 +35,11 @@ import os
 import re
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
+from typing import Callable, Dict, List, Optional
 
 AGENT_PATH = re.compile(r"^/agent/[A-Za-z0-9._~/-]*$")
 METHODS = ("GET", "POST")
@@ -37,8 +49,16 @@ SIGNED_SCHEME = "ActivateHMAC "
 MAX_HEAD = 8192
 MAX_BODY = 65536
 MAX_RESPONSE = 1048576
-MAX_CONNECTIONS = 256
+# A request's head and body, however slowly they come: a byte now and then holds nothing longer.
+REQUEST_WITHIN = 5.0
+# Connections whose request has not been read whole yet, per peer and in all.
+MAX_UNREAD_PER_PEER = 16
+MAX_UNREAD = 128
+# Requests read whole and being passed on to the platform: slots of their own.
+MAX_PASSING = 256
+# The way to the platform and back (its answer, the agent taking it).
 IO_TIMEOUT = 15.0
+SHED_REPORT_EVERY = 1.0
 # How long a start waits for its port to be free: the relay it replaces letting go of it, or
 # another user holding it (agents then retry, and the keeper starts another relay).
 BIND_PATIENCE = 10.0
@@ -82,13 +102,25 @@ def answer(client: socket.socket, refusal: Refusal) -> None:
         pass
 
 
-def read_head(client: socket.socket) -> tuple:
+def receive(client: socket.socket, size: int, deadline: float) -> bytes:
+    """Up to ``size`` bytes, or Refusal once the request's time is up."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Refusal(408, "Request Timeout", "the request did not arrive in time")
+    client.settimeout(left)
+    try:
+        return client.recv(size)
+    except socket.timeout:
+        raise Refusal(408, "Request Timeout", "the request did not arrive in time") from None
+
+
+def read_head(client: socket.socket, deadline: float) -> tuple:
     """The request head (up to the blank line) and whatever body bytes came with it."""
     data = b""
     while b"\r\n\r\n" not in data:
         if len(data) > MAX_HEAD:
             raise Refusal(431, "Request Header Fields Too Large", "request head too large")
-        chunk = client.recv(4096)
+        chunk = receive(client, 4096, deadline)
         if not chunk:
             raise Refusal(400, "Bad Request", "incomplete request")
         data += chunk
@@ -141,35 +173,34 @@ def checked_request(head: bytes, host: str) -> tuple:
     return out.encode("ascii"), length
 
 
-def read_body(client: socket.socket, already: bytes, length: int) -> bytes:
+def read_body(client: socket.socket, already: bytes, length: int, deadline: float) -> bytes:
     body = already[:length]
     while len(body) < length:
-        chunk = client.recv(min(65536, length - len(body)))
+        chunk = receive(client, min(65536, length - len(body)), deadline)
         if not chunk:
             raise Refusal(400, "Bad Request", "incomplete body")
         body += chunk
     return body
 
 
-def relay_one(client: socket.socket, forwarded_port: int, host: str, proof: bytes) -> None:
-    try:
-        client.settimeout(IO_TIMEOUT)
-        head, rest = read_head(client)
-        request, length = checked_request(head, host)
-        body = read_body(client, rest, length)
-    except Refusal as refusal:
-        answer(client, refusal)
-        return
-    except OSError:
-        return
+def read_request(client: socket.socket, host: str, deadline: float) -> bytes:
+    """The whole agent call to send on (head and body), or Refusal."""
+    head, rest = read_head(client, deadline)
+    request, length = checked_request(head, host)
+    return request + read_body(client, rest, length, deadline)
+
+
+def pass_on(
+    client: socket.socket, request: bytes, forwarded_port: int, proof: bytes, shed: "Shedding"
+) -> None:
     try:
         upstream = socket.create_connection(("127.0.0.1", forwarded_port), timeout=IO_TIMEOUT)
     except OSError as exc:
-        log("cannot reach the forwarded port %d: %s" % (forwarded_port, exc))
+        shed.note("unreachable", "cannot reach the forwarded port %d: %s" % (forwarded_port, exc))
         answer(client, Refusal(502, "Bad Gateway", "the platform cannot be reached"))
         return
     try:
-        upstream.sendall(proof + b"\n" + request + body)
+        upstream.sendall(proof + b"\n" + request)
         response = read_response(upstream)
     except OSError:
         response = b""
@@ -178,9 +209,11 @@ def relay_one(client: socket.socket, forwarded_port: int, host: str, proof: byte
     if not response:
         # The way back broke mid-answer (e.g. the SSH connection dropped): a clean 502 that the
         # agent retries, never half an answer.
+        shed.note("cut off", "the platform's answer was cut off")
         answer(client, Refusal(502, "Bad Gateway", "the platform's answer was cut off"))
         return
     try:
+        client.settimeout(IO_TIMEOUT)
         client.sendall(response)
     except OSError:
         pass
@@ -205,20 +238,180 @@ def read_response(upstream: socket.socket) -> bytes:
     return data
 
 
-def serve_connection(
-    client: socket.socket,
-    forwarded_port: int,
-    host: str,
-    proof: bytes,
-    slots: threading.Semaphore,
-) -> None:
+def proc_net_address(family: int, address: tuple) -> bytes:
+    """An address as /proc/net/tcp and tcp6 write it: each 32-bit word in the host's order."""
+    packed = socket.inet_pton(family, address[0])
+    words = struct.unpack("=%dI" % (len(packed) // 4), packed)
+    return ("".join("%08X" % word for word in words) + ":%04X" % address[1]).encode()
+
+
+def local_uid(family: int, peer: tuple, local: tuple) -> Optional[int]:
+    """The uid owning the peer's end of a connection made from this host: the socket whose own
+    address is the peer's and whose far end is ours."""
+    table = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
     try:
-        relay_one(client, forwarded_port, host, proof)
-    finally:
+        needle = b" %s %s " % (proc_net_address(family, peer), proc_net_address(family, local))
+        with open(table, "rb") as handle:
+            text = handle.read()
+    except (OSError, ValueError):
+        return None
+    at = text.find(needle)
+    if at < 0:
+        return None
+    # After the addresses: state, queues, timer, retransmits, then the uid.
+    fields = text[at + len(needle) : text.find(b"\n", at)].split()
+    try:
+        return int(fields[4])
+    except (IndexError, ValueError):
+        return None
+
+
+def peer_of(connection: socket.socket) -> str:
+    """Whose share of the slots a connection takes: a user of this host by uid (so a neighbour
+    on the login host never shares one with anyone else there), anyone else by address."""
+    try:
+        peer, local = connection.getpeername(), connection.getsockname()
+    except OSError:
+        return "gone"
+    host = peer[0]
+    if host == local[0] or host.startswith("127.") or host == "::1":
+        uid = local_uid(connection.family, peer, local)
+        if uid is not None:
+            return "uid %d" % uid
+    return host
+
+
+class Slots:
+    """Connections that have not proven themselves yet, capped per peer and in all. When full,
+    the newcomer takes the slot of the oldest connection of the fullest peer, which is shut: a
+    real client proves itself within milliseconds, so a slot held longer is only ever a
+    neighbour's, and a neighbour who holds slots makes its own connections give way."""
+
+    def __init__(self, per_peer: int, total: int, evicted: Callable[[], None]) -> None:
+        self.per_peer = per_peer
+        self.total = total
+        self.evicted = evicted
+        self.lock = threading.Lock()
+        self.held: Dict[str, List[socket.socket]] = {}
+        self.count = 0
+
+    def take(self, peer: str, connection: socket.socket) -> None:
+        with self.lock:
+            mine = self.held.setdefault(peer, [])
+            if len(mine) >= self.per_peer:
+                self._evict(peer)
+            elif self.count >= self.total:
+                self._evict(max(self.held, key=lambda holder: len(self.held[holder])))
+            mine.append(connection)
+            self.count += 1
+
+    def give_back(self, peer: str, connection: socket.socket) -> bool:
+        """Frees the connection's slot; False when it was made to give way meanwhile (it is shut
+        then). Called before the connection is closed, so only live sockets are ever shut."""
+        with self.lock:
+            mine = self.held.get(peer, [])
+            if connection not in mine:
+                return False
+            mine.remove(connection)
+            self.count -= 1
+            if not mine:
+                del self.held[peer]
+            return True
+
+    def _evict(self, peer: str) -> None:
+        connections = self.held[peer]
+        oldest = connections.pop(0)
+        self.count -= 1
+        if not connections:
+            del self.held[peer]
         try:
-            client.close()
+            oldest.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.evicted()
+
+
+class Shedding:
+    """Agent calls the relay could not pass, reported on stderr for its keeper: a call shed may
+    have been an agent's, so its silence is not the node's."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Dict[str, int] = {}
+        self.total = 0
+        self.last_problem = ""
+        self.changed = threading.Event()
+
+    def note(self, why: str, problem: str = "") -> None:
+        with self.lock:
+            self.counts[why] = self.counts.get(why, 0) + 1
+            self.total += 1
+            if problem:
+                self.last_problem = problem
+        self.changed.set()
+
+    def report_forever(self) -> None:
+        while True:
+            self.changed.wait()
+            self.changed.clear()
+            with self.lock:
+                counts = ", ".join("%s %d" % item for item in sorted(self.counts.items()))
+                said = "shed=%d (%s)" % (self.total, counts)
+                if self.last_problem:
+                    said += "; last: " + self.last_problem
+            log(said)
+            time.sleep(SHED_REPORT_EVERY)
+
+
+class Relay:
+    """What every listening socket of the relay shares: where calls go, and the slots."""
+
+    def __init__(self, forwarded_port: int, host: str, proof: bytes) -> None:
+        self.forwarded_port = forwarded_port
+        self.host = host
+        self.proof = proof
+        self.shed = Shedding()
+        self.unread = Slots(MAX_UNREAD_PER_PEER, MAX_UNREAD, lambda: self.shed.note("evicted"))
+        self.passing = threading.BoundedSemaphore(MAX_PASSING)
+
+    def serve(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                time.sleep(0.01)  # out of descriptors, say: the backlog waits
+                continue
+            try:
+                threading.Thread(target=self.handle, args=(client,), daemon=True).start()
+            except RuntimeError:
+                self.shed.note("refused", "no thread for a connection")
+                client.close()
+
+    def handle(self, client: socket.socket) -> None:
+        try:
+            peer = peer_of(client)
+            self.unread.take(peer, client)
+            try:
+                request = read_request(client, self.host, time.monotonic() + REQUEST_WITHIN)
+            except Refusal as refusal:
+                if self.unread.give_back(peer, client):
+                    answer(client, refusal)
+                return
+            except OSError:
+                self.unread.give_back(peer, client)
+                return
+            if not self.unread.give_back(peer, client):
+                return
+            if not self.passing.acquire(blocking=False):
+                self.shed.note("refused", "all %d slots for calls being passed on" % MAX_PASSING)
+                answer(client, Refusal(503, "Service Unavailable", "too many connections"))
+                return
+            try:
+                pass_on(client, request, self.forwarded_port, self.proof, self.shed)
+            finally:
+                self.passing.release()
         finally:
-            slots.release()
+            client.close()
 
 
 def pidfile_for(tag: str) -> str:
@@ -338,25 +531,6 @@ def forget_pidfile(path: str) -> None:
         pass
 
 
-def serve(
-    server: socket.socket, forwarded_port: int, host: str, proof: bytes, slots: threading.Semaphore
-) -> None:
-    while True:
-        try:
-            client, _ = server.accept()
-        except OSError:
-            continue
-        if not slots.acquire(blocking=False):
-            answer(client, Refusal(503, "Service Unavailable", "too many connections"))
-            client.close()
-            continue
-        threading.Thread(
-            target=serve_connection,
-            args=(client, forwarded_port, host, proof, slots),
-            daemon=True,
-        ).start()
-
-
 def main(argv: list) -> int:
     if len(argv) != 6 or argv[0] != "activate-relay":
         log("usage: activate-relay TAG BIND_HOST BIND_PORT FORWARDED_PORT HOST")
@@ -383,14 +557,13 @@ def main(argv: list) -> int:
         return 1
     threading.Thread(target=watch_lifeline, args=(pidfile,), daemon=True).start()
     port = servers[0].getsockname()[1]
-    slots = threading.Semaphore(MAX_CONNECTIONS)
+    relay = Relay(forwarded_port, host, proof)
+    threading.Thread(target=relay.shed.report_forever, daemon=True).start()
     for server in servers[1:]:
-        threading.Thread(
-            target=serve, args=(server, forwarded_port, host, proof, slots), daemon=True
-        ).start()
+        threading.Thread(target=relay.serve, args=(server,), daemon=True).start()
     sys.stdout.write("READY %d %s\n" % (port, socket.gethostname()))
     sys.stdout.flush()
-    serve(servers[0], forwarded_port, host, proof, slots)
+    relay.serve(servers[0])
     return 0
 
 
