@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 import re
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,25 +237,45 @@ def test_nothing_read_from_redis_logs_in_opens_a_session_or_signs_for_an_agent(
         httpx.Client(base_url=platform.agent_url, timeout=10) as agents,
     ):
         browser = Browser(web, platform)
+
+        # What each credential opens, asked the way a browser, `pw` or an agent asks.
+        def logs_in(value: str) -> bool:
+            cookies = {settings.SESSION_COOKIE_NAME: value}
+            return browser.get("/api/workers/", cookies=cookies).status_code == 200
+
+        def opens_the_session(value: str) -> bool:
+            answer = browser.get(f"/s/{sid}/", host=host, cookies={COOKIE: value})
+            return not sent_to_platform(answer)
+
+        def is_an_api_key(value: str) -> bool:
+            headers = {"Authorization": f"Bearer {value}"}
+            return browser.get("/api/workers/", headers=headers).status_code == 200
+
+        def signs_for_the_agent(value: str) -> bool:
+            # Its key id given: that is no secret.
+            forged = SignedAgent(worker.public_id, key.key_id, value)
+            return forged.post(agents, "/agent/v1/heartbeat").status_code != 401
+
+        def takes_the_handoff(value: str) -> bool:
+            # In the browser that holds the pending handoff's state.
+            return take(browser, host, pending.state, value).status_code != 403
+
         # When: her agent connects and beats, she logs in, her session is handed over to its
         # own host (and a second handoff is on its way, not taken yet), and her API key is used.
         connect: dict[str, object] = {"worker": worker.public_id, "hostname": "node7"}
         assert agent.post(agents, "/agent/v1/connect", connect).status_code == 200
         assert agent.post(agents, "/agent/v1/heartbeat").status_code == 200
         platform_cookie = logged_in(browser, "alice")
-        login = {settings.SESSION_COOKIE_NAME: platform_cookie}
-        assert browser.get("/api/workers/", cookies=login).status_code == 200
+        assert logs_in(platform_cookie)
         first = handoff(browser, sid, host, platform_cookie)
         taken = take(browser, host, first.state, first.token)
         assert taken.status_code == 302, taken.text
         origin_cookie = set_cookie(taken, COOKIE)
-        assert not sent_to_platform(
-            browser.get(f"/s/{sid}/", host=host, cookies={COOKIE: origin_cookie})
-        )
+        assert opens_the_session(origin_cookie)
+        assert not opens_the_session(secrets.token_urlsafe(32))
         pending = handoff(browser, sid, host, platform_cookie)
         _, api_key = ApiKey.issue(alice)
-        bearer = {"Authorization": f"Bearer {api_key}"}
-        assert browser.get("/api/workers/", headers=bearer).status_code == 200
+        assert is_an_api_key(api_key)
         assert agent.post(agents, "/agent/v1/heartbeat").status_code == 200
 
         # And: someone reads all of Redis.
@@ -262,48 +283,27 @@ def test_nothing_read_from_redis_logs_in_opens_a_session_or_signs_for_an_agent(
         tried = candidates(values)
         print(f"read {len(values)} names and values from Redis: {len(tried)} candidates")
 
-        # Then: not one of them takes the pending handoff, in the browser that holds its state,
-        takers = [c for c in tried if not take(browser, host, pending.state, c).status_code == 403]
+        # Then: not one of them takes the pending handoff,
+        takers = [c for c in tried if takes_the_handoff(c)]
         assert not takers, f"taken with what Redis holds: {takers}"
-        # (which its own token still takes: nothing was in its way but the token)
-        assert take(browser, host, pending.state, pending.token).status_code == 302
         # logs in to the platform,
-        platform_in = [
-            c
-            for c in tried
-            if browser.get("/api/workers/", cookies={settings.SESSION_COOKIE_NAME: c}).status_code
-            == 200
-        ]
+        platform_in = [c for c in tried if logs_in(c)]
         assert not platform_in, f"logged in to the platform with what Redis holds: {platform_in}"
         # opens the session on its own host,
-        session_in = [
-            c
-            for c in tried
-            if not sent_to_platform(browser.get(f"/s/{sid}/", host=host, cookies={COOKIE: c}))
-        ]
+        session_in = [c for c in tried if opens_the_session(c)]
         assert not session_in, f"opened the session with what Redis holds: {session_in}"
         # is taken as an API key,
-        api_in = [
-            c
-            for c in tried
-            if browser.get("/api/workers/", headers={"Authorization": f"Bearer {c}"}).status_code
-            == 200
-        ]
+        api_in = [c for c in tried if is_an_api_key(c)]
         assert not api_in, f"used the API with what Redis holds: {api_in}"
-        # or signs for the worker's agent (its key id given: it is no secret).
-        signed = [
-            c
-            for c in tried
-            if SignedAgent(worker.public_id, key.key_id, c)
-            .post(agents, "/agent/v1/heartbeat")
-            .status_code
-            != 401
-        ]
+        # or signs for the worker's agent.
+        signed = [c for c in tried if signs_for_the_agent(c)]
         assert not signed, f"signed for the agent with what Redis holds: {signed}"
-        # The real ones still work: the platform was listening all along.
-        assert browser.get("/api/workers/", cookies=login).status_code == 200
-        assert agent.post(agents, "/agent/v1/heartbeat").status_code == 200
         print(
             f"each of the {len(tried)} refused as a login cookie, a session host's cookie, an "
             "API key, a handoff token and an agent's key"
         )
+        # The real ones still work: the platform was listening all along, and nothing but the
+        # token stood in the pending handoff's way.
+        assert logs_in(platform_cookie) and opens_the_session(origin_cookie)
+        assert is_an_api_key(api_key) and signs_for_the_agent(key.key)
+        assert takes_the_handoff(pending.token)
