@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import uuid
@@ -298,6 +299,38 @@ NEIGHBOUR_WATCH = (
     'for p in $(pgrep -u "$1"); do cat "/proc/$p/environ" "/proc/$p/fd/0" 2>&1 | head -c 65536; '
     "echo; done; done"
 )
+# Root holds each of the owner's submit loops and sbatch it finds (SIGSTOP, until the kernel
+# shows it stopped, so it cannot exit) while the neighbour reads its command line, environment
+# and stdin; the read meets a live process, never one that has just exited ("No such file").
+HOLD_AND_READ = r"""
+trap 'kill -CONT "$p" 2>/dev/null; exit' TERM
+while :; do
+  for p in $(pgrep -u "$1" -f '^(python3 -I -S -c exec\(|sbatch )'); do
+    kill -STOP "$p" 2>/dev/null || continue
+    for _ in $(seq 100); do
+      state=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -c1)
+      case "$state" in T|Z|"") break;; esac
+      sleep 0.01
+    done
+    if [ "$state" = T ]; then
+      echo "@@held $p"
+      runuser -u "$2" -- sh -c 'ps -ww -o args= -p "$1"; cat "/proc/$1/environ" "/proc/$1/fd/0"' \
+        - "$p" 2>&1 | head -c 65536
+      echo; echo "@@released $p"
+    fi
+    kill -CONT "$p" 2>/dev/null
+  done
+done
+"""
+
+
+def held_reads(log: str) -> list[tuple[str, str]]:
+    """(pid, what the neighbour got) for each process HOLD_AND_READ held while it read."""
+    return re.findall(r"^@@held (\d+)\n(.*?)^@@released \1$", log, re.MULTILINE | re.DOTALL)
+
+
+def refused(pid: str, read: str) -> bool:
+    return all(f"/proc/{pid}/{name}: Permission denied" in read for name in ("environ", "fd/0"))
 
 
 def test_a_neighbour_watching_the_submit_loops_at_once_gets_no_script_and_no_secret(
@@ -306,18 +339,29 @@ def test_a_neighbour_watching_the_submit_loops_at_once_gets_no_script_and_no_sec
     # Given another ordinary user of the login host watching, as that user (never root)
     neighbour = next(a for a in sorted(ssh_target.accounts) if a != ssh_target.user)
     keys: list[str] = []
-    log = tmp_path / "seen"
-    with log.open("wb") as out:
+    log, held = tmp_path / "seen", tmp_path / "held"
+    with log.open("wb") as out, held.open("wb") as held_out:
         watcher = subprocess.Popen(
             ["runuser", "-u", neighbour, "--", "bash", "-c", NEIGHBOUR_WATCH, "-", ssh_target.user],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        holder = subprocess.Popen(
+            ["bash", "-c", HOLD_AND_READ, "-", ssh_target.user, neighbour],
+            stdout=held_out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def loop_read_while_held() -> bool:
+        reads = held_reads(held.read_text(errors="replace"))
+        return any(PYTHON_LOOP in read for _, read in reads)
+
     try:
         # When the owner's jobs go in SUBMIT_PARALLEL loops at once, until the neighbour has
-        # seen the loops running (a few rounds at most)
-        for round_ in range(10):
+        # read a loop held still (a few rounds at most)
+        for round_ in range(20):
             batch = [f"neighbourtest{uuid.uuid4().hex}" for _ in range(2 * SUBMIT_PARALLEL)]
             keys += batch
             specs = [
@@ -333,15 +377,18 @@ def test_a_neighbour_watching_the_submit_loops_at_once_gets_no_script_and_no_sec
             outcomes = slurm.submit_many(specs)
             submitted += [o for o in outcomes if isinstance(o, str)]
             assert all(isinstance(o, str) for o in outcomes), outcomes
-            if PYTHON_LOOP in log.read_text(errors="replace"):
+            if loop_read_while_held():
                 break
     finally:
-        os.killpg(watcher.pid, signal.SIGTERM)
-        watcher.wait(timeout=30)
-    seen = log.read_text(errors="replace")
-    # Then the neighbour watched while the loops ran in the login host's Python (their command
-    # lines are listed), the kernel refused every read of the owner's environment and stdin
-    # (the loops' and their sbatch's), and no key was seen
-    assert PYTHON_LOOP in seen and slurm_module.SUBMIT_MARKER in seen
-    assert "Permission denied" in seen
-    assert not [key for key in keys if key in seen]
+        for process in (holder, watcher):
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
+    seen, held_seen = log.read_text(errors="replace"), held.read_text(errors="replace")
+    reads = held_reads(held_seen)
+    # Then the neighbour read a loop running in the login host's Python while it was held alive:
+    # its command line is listed, and the kernel refused its environment and stdin; so it went
+    # for every loop and sbatch held, and no key was seen, held or not
+    loops = [(pid, read) for pid, read in reads if PYTHON_LOOP in read]
+    assert loops and slurm_module.SUBMIT_MARKER in loops[0][1], held_seen[-4000:]
+    assert [pid for pid, read in reads if not refused(pid, read)] == [], held_seen[-4000:]
+    assert not [key for key in keys if key in seen or key in held_seen]
