@@ -8,12 +8,15 @@ from __future__ import annotations
 import re
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.contrib.sessions.models import Session
 from django.db import models
 from django.test import Client
 
+from activate.login_sessions import SessionStore, stored_key
 from harness.agents import SignedAgent
 from tests.heartbeats.signed import django_post, worker_with_key
 from workers_app.models import ApiKey
@@ -99,3 +102,28 @@ def test_nothing_read_from_the_database_logs_in_or_signs_for_an_agent() -> None:
     assert browser.get("/api/workers/").status_code == 200
     assert cookie not in tried
     assert django_post(Client(), agent, "heartbeat", beat)[0] == 200
+
+
+def test_the_table_keeps_each_key_by_its_hash_through_create_cycle_and_flush() -> None:
+    # Given: a session made by the platform's engine.
+    store = SessionStore()
+    store["seen"] = 1
+    store.create()
+    key = str(store.session_key)
+    # Then: its row is found by the key's hash, never holds the key, and loads by the key.
+    assert list(Session.objects.values_list("session_key", flat=True)) == [stored_key(key)]
+    assert SessionStore(key)["seen"] == 1 and SessionStore().exists(key)
+    # When: its key changes (as at login), the old row goes and the new one is a hash too.
+    store.cycle_key()
+    new = str(store.session_key)
+    assert new != key and SessionStore(key).get("seen") is None
+    assert list(Session.objects.values_list("session_key", flat=True)) == [stored_key(new)]
+
+    # The same through Django's async interface.
+    async def read_async() -> object:
+        return await SessionStore(new).aget("seen")
+
+    assert async_to_sync(read_async)() == 1
+    # When: it is flushed (logout), no row is left.
+    store.flush()
+    assert not Session.objects.exists()
