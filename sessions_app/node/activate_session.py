@@ -16,6 +16,7 @@ foreground, and when any of the session's essential programs ends, or it gets SI
 SIGHUP, it ends them all.
 """
 
+import errno
 import hashlib
 import hmac
 import json
@@ -23,6 +24,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -33,8 +35,11 @@ from typing import IO, Any, Dict, List, NoReturn, Optional
 READY_WITHIN = 120
 GATE_GREETING = b"ACTIVATE-GATE 1 "
 GATE_LINE_MAX = 512
+# The whole handshake, however slowly it trickles in: a byte now and then holds nothing longer.
 GATE_HANDSHAKE_WITHIN = 10.0
-GATE_MAX_UNPROVEN = 32
+# Connections that have not proven themselves yet, per peer and in all.
+GATE_MAX_UNPROVEN_PER_PEER = 8
+GATE_MAX_UNPROVEN = 64
 CHUNK = 65536
 
 
@@ -184,10 +189,106 @@ def pump(source: socket.socket, target: socket.socket) -> None:
         pass
 
 
+def proc_net_address(family: int, address: tuple) -> bytes:
+    """An address as /proc/net/tcp and tcp6 write it: each 32-bit word in the host's order."""
+    packed = socket.inet_pton(family, address[0])
+    words = struct.unpack("=%dI" % (len(packed) // 4), packed)
+    return ("".join("%08X" % word for word in words) + ":%04X" % address[1]).encode()
+
+
+def local_uid(family: int, peer: tuple, local: tuple) -> Optional[int]:
+    """The uid owning the peer's end of a connection made from this host: the socket whose own
+    address is the peer's and whose far end is ours."""
+    table = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
+    try:
+        needle = b" %s %s " % (proc_net_address(family, peer), proc_net_address(family, local))
+        with open(table, "rb") as handle:
+            text = handle.read()
+    except (OSError, ValueError):
+        return None
+    at = text.find(needle)
+    if at < 0:
+        return None
+    # After the addresses: state, queues, timer, retransmits, then the uid.
+    fields = text[at + len(needle) : text.find(b"\n", at)].split()
+    try:
+        return int(fields[4])
+    except (IndexError, ValueError):
+        return None
+
+
+def peer_of(connection: socket.socket) -> str:
+    """Whose share of the slots a connection takes: a user of this host by uid (so a neighbour
+    on the node never shares one with the owner's SSH forward), anyone else by address."""
+    try:
+        peer, local = connection.getpeername(), connection.getsockname()
+    except OSError:
+        return "gone"
+    host = peer[0]
+    if host == local[0] or host.startswith("127.") or host == "::1":
+        uid = local_uid(connection.family, peer, local)
+        if uid is not None:
+            return "uid %d" % uid
+    return host
+
+
+class Slots:
+    """Connections that have not proven themselves yet, capped per peer and in all. When full,
+    the newcomer takes the slot of the oldest connection of the fullest peer, which is shut: a
+    real client proves itself within milliseconds, so a slot held longer is only ever a
+    neighbour's, and a neighbour who holds slots makes its own connections give way.
+    (The relay, workers_app/node/activate_relay.py, has the same; each runs standing alone.)"""
+
+    def __init__(self, per_peer: int, total: int) -> None:
+        self.per_peer = per_peer
+        self.total = total
+        self.lock = threading.Lock()
+        self.held: Dict[str, List[socket.socket]] = {}
+        self.count = 0
+        self.evicted = 0
+
+    def take(self, peer: str, connection: socket.socket) -> None:
+        with self.lock:
+            mine = self.held.setdefault(peer, [])
+            if len(mine) >= self.per_peer:
+                self._evict(peer)
+            elif self.count >= self.total:
+                self._evict(max(self.held, key=lambda holder: len(self.held[holder])))
+            mine.append(connection)
+            self.count += 1
+
+    def give_back(self, peer: str, connection: socket.socket) -> bool:
+        """Frees the connection's slot; False when it was made to give way meanwhile (it is shut
+        then). Called before the connection is closed, so only live sockets are ever shut."""
+        with self.lock:
+            mine = self.held.get(peer, [])
+            if connection not in mine:
+                return False
+            mine.remove(connection)
+            self.count -= 1
+            if not mine:
+                del self.held[peer]
+            return True
+
+    def _evict(self, peer: str) -> None:
+        connections = self.held[peer]
+        oldest = connections.pop(0)
+        self.count -= 1
+        if not connections:
+            del self.held[peer]
+        try:
+            oldest.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.evicted += 1
+
+
 class Gate:
     """The session's one TCP port. Each connection: the gate sends a fresh nonce, the client
     answers with the route it wants, its own nonce and its proof; the gate answers with its
-    proof, then joins the connection to the route's Unix socket. A wrong proof closes it."""
+    proof, then joins the connection to the route's Unix socket. A wrong proof closes it.
+    Connections still to prove themselves have GATE_HANDSHAKE_WITHIN for it and share Slots;
+    proven ones are never counted among them."""
 
     def __init__(self, key: bytes, routes: Dict[str, str], log: IO[bytes]) -> None:
         self.key = key
@@ -198,7 +299,7 @@ class Gate:
         self.listener.bind(("0.0.0.0", 0))
         self.listener.listen(128)
         self.port = int(self.listener.getsockname()[1])
-        self.unproven = threading.BoundedSemaphore(GATE_MAX_UNPROVEN)
+        self.unproven = Slots(GATE_MAX_UNPROVEN_PER_PEER, GATE_MAX_UNPROVEN)
 
     def serve(self) -> None:
         threading.Thread(target=self._accept, name="gate", daemon=True).start()
@@ -207,34 +308,46 @@ class Gate:
         while True:
             try:
                 connection, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.unproven.acquire(blocking=False):
-                connection.close()  # a flood of unproven connections waits for nobody
+            except OSError as exc:
+                if self.listener.fileno() < 0:
+                    return
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.01)  # out of descriptors: the backlog waits
                 continue
-            threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
+            try:
+                threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
+            except RuntimeError:
+                connection.close()
 
     def _handle(self, connection: socket.socket) -> None:
+        peer = peer_of(connection)
+        self.unproven.take(peer, connection)
         try:
-            program = self._prove(connection)
+            proven = self._prove(connection, time.monotonic() + GATE_HANDSHAKE_WITHIN)
         finally:
-            self.unproven.release()
+            kept = self.unproven.give_back(peer, connection)
+        program = self._join(connection, *proven) if proven and kept else None
         if program is None:
             connection.close()
             return
         threading.Thread(target=pump, args=(program, connection), daemon=True).start()
         pump(connection, program)
 
-    def _prove(self, connection: socket.socket) -> Optional[socket.socket]:
-        connection.settimeout(GATE_HANDSHAKE_WITHIN)
+    def _prove(self, connection: socket.socket, deadline: float) -> Optional[tuple]:
+        """The route, gate nonce and client nonce of a client that proved it holds the key."""
         try:
             # The handshake's lines and a program's answer relayed as it writes them are small
             # writes in a row: with Nagle each waited for the far end's delayed ACK (~40 ms).
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            connection.settimeout(GATE_HANDSHAKE_WITHIN)
             nonce = os.urandom(16).hex()
             connection.sendall(GATE_GREETING + nonce.encode() + b"\n")
             line = b""
             while not line.endswith(b"\n"):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                connection.settimeout(left)
                 data = connection.recv(GATE_LINE_MAX - len(line))
                 if not data or len(line) + len(data) >= GATE_LINE_MAX:
                     return None
@@ -248,13 +361,24 @@ class Gate:
                 self.log.write(b"gate: a connection without the session's key was closed\n")
                 self.log.flush()
                 return None
-            program = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            return route, nonce, client_nonce
+        except (OSError, ValueError):
+            return None
+
+    def _join(
+        self, connection: socket.socket, route: str, nonce: str, client_nonce: str
+    ) -> Optional[socket.socket]:
+        """The program's socket for a proven connection, once the gate has given its proof."""
+        program = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
             program.connect(self.routes[route])
             answer = gate_proof(self.key, "gate", nonce, client_nonce, route)
+            connection.settimeout(GATE_HANDSHAKE_WITHIN)
             connection.sendall(b"OK " + answer.encode() + b"\n")
             connection.settimeout(None)
             return program
-        except (OSError, ValueError):
+        except OSError:
+            program.close()
             return None
 
 

@@ -107,6 +107,7 @@ class Holder:
 
     process: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
 
     def read(self) -> None:
         assert self.process.stdout is not None
@@ -116,10 +117,12 @@ class Holder:
     def said(self, prefix: str) -> list[str]:
         return [line for line in self.lines if line.startswith(prefix)]
 
-    def finish(self, timeout: float) -> str:
-        _, err = self.process.communicate(timeout=timeout)
-        assert self.process.returncode == 0, err
-        return err
+    def finish(self, timeout: float) -> None:
+        self.process.wait(timeout=timeout)
+        if self.reader is not None:
+            self.reader.join(timeout=timeout)
+        assert self.process.stderr is not None
+        assert self.process.returncode == 0, self.process.stderr.read()
 
 
 def hold_slots(host: str, port: int, count: int, *, every: float, seconds: float) -> Holder:
@@ -135,7 +138,8 @@ def hold_slots(host: str, port: int, count: int, *, every: float, seconds: float
         start_new_session=True,
     )
     holder = Holder(process)
-    threading.Thread(target=holder.read, daemon=True).start()
+    holder.reader = threading.Thread(target=holder.read, daemon=True)
+    holder.reader.start()
     return holder
 
 
