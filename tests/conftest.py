@@ -96,7 +96,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A thread left blocked by some test (an executor's worker waiting on a dead channel, say)
     must not keep a finished run from exiting: CI would wait out its whole time. After
     EXIT_GRACE seconds the threads still there are printed, to be fixed, and the process exits
-    with the session's own status."""
+    red: with the session's own status, or TESTS_FAILED if that was OK (a run that had to be
+    forced out is not a green run)."""
+    forced_status = int(exitstatus) or int(pytest.ExitCode.TESTS_FAILED)
 
     def watchdog() -> None:
         threading.Event().wait(EXIT_GRACE)
@@ -108,8 +110,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             kind = "daemon" if thread.daemon else "NON-DAEMON"
             lines.append(f"-- thread {thread.name} ({kind})")
             lines += traceback.format_stack(frames[thread.ident])
-        sys.__stderr__.write("\n".join(lines) + "\n")
-        sys.__stderr__.flush()
-        os._exit(int(exitstatus))
+        lines.append(
+            f"pytest: exit forced, with status {forced_status} (the session's: {exitstatus})"
+        )
+        print("\n".join(lines), file=sys.__stderr__ or sys.stderr, flush=True)
+        os._exit(forced_status)
 
     threading.Thread(target=watchdog, name="exit-watchdog", daemon=True).start()
