@@ -113,8 +113,11 @@ def sweep_heartbeats(*, store: HeartbeatStore | None = None, now: float | None =
     unreachable = relays.clusters_agents_cannot_reach(timezone.now()) if silent else set()
     for cluster_id, workers in _by_cluster(silent).items():
         if cluster_id in unreachable:
-            # Agents via the login host were cut off by their relay, not silent on their own.
-            log.warning("cluster %s: its relay was not up lately; nobody is lost", cluster_id)
+            # Agents via the login host were cut off by their relay (down, or shedding calls),
+            # not silent on their own.
+            log.warning(
+                "cluster %s: its relay was down or shed calls lately; nobody is lost", cluster_id
+            )
             continue
         if _breaker_holds(store, cluster_id, len(workers), now):
             continue

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.agents import freeze_agent, thaw
 from harness.cluster import SshTarget, squeue_names
 from harness.platform import FAST_KNOBS, Platform
 from harness.waiting import wait_for
@@ -212,7 +213,9 @@ def test_a_neighbour_holding_the_relays_connections_leaves_the_owners_worker_bea
     probes: list[float] = []
     first_change = ""
     next_probe = started
+    shed_noted = ""
     while time.monotonic() - started < HOLD:
+        shed_noted = shed_noted or relay_row(relayed_environment).last_error
         if statuses([worker]) != [S.CONNECTED] and not first_change:
             first_change = how_it_ended(worker)
         gap = time.time() - last_accepted_call(platform, worker)
@@ -237,12 +240,63 @@ def test_a_neighbour_holding_the_relays_connections_leaves_the_owners_worker_bea
     assert worker.job_name in squeue_names(ssh_target) and job_id
     assert worst_gap < BEAT_GAP_ALLOWED, f"no call of the agent accepted for {worst_gap:.1f}s"
     assert -1 not in probes, f"pings through the relay failed: {probes}"
+    # And: the connections the relay made give way were reported to its keeper and recorded.
+    assert "shed=" in shed_noted, shed_noted
     print(
         f"\nneighbour ({held_at_start}; {summary[0] if summary else '?'}) held the relay for "
         f"{HOLD:g}s (heartbeat timeout {HEARTBEAT_TIMEOUT:g}s): worker {statuses([worker])[0]}, "
         f"longest without an accepted agent call {worst_gap:.2f}s, {len(probes)} pings through "
-        f"the relay answered in {min(probes):.3f} to {max(probes):.3f}s"
+        f"the relay answered in {min(probes):.3f} to {max(probes):.3f}s; recorded: "
+        f"{shed_noted[:160]}"
     )
     services.delete_worker(worker)
     wait_for(lambda: statuses([worker]) == [S.STOPPED], timeout=60)
+    wait_for(lambda: worker.job_name not in squeue_names(ssh_target), timeout=60)
+
+
+def connected_worker(environment: Environment, owner, platform: Platform) -> Worker:
+    worker = services.request_worker(
+        owner=owner, cluster=environment.cluster.name, environment=environment.name
+    )
+    try:
+        wait_for(lambda: statuses([worker]) == [S.CONNECTED], timeout=120, interval=0.1)
+    except TimeoutError:
+        pytest.fail(f"the worker stayed {statuses([worker])}\n{platform.logs()}")
+    return worker
+
+
+def test_while_the_relay_sheds_calls_no_silence_counts_and_then_it_counts_again(
+    slots_platform: Platform, relayed_environment: Environment, user, ssh_target: SshTarget
+) -> None:
+    platform = slots_platform
+    wait_relay_up(relayed_environment, platform)
+    relay = relay_row(relayed_environment)
+    host, _, port = relay.address.rpartition(":")
+    worker = connected_worker(relayed_environment, user, platform)
+    # Given: the neighbour floods the relay, and the agent is silent for real (frozen): the
+    # platform cannot tell its silence from a beat the relay shed.
+    holder = hold_slots(host, int(port), 600, every=5, seconds=2 * HEARTBEAT_TIMEOUT)
+    wait_for(lambda: holder.said("TICK"), timeout=30, interval=0.1)
+    frozen = freeze_agent(worker.public_id)
+    assert frozen
+    try:
+        # Then: while it sheds, the worker is not read as lost.
+        while holder.process.poll() is None:
+            assert statuses([worker]) == [S.CONNECTED], how_it_ended(worker)
+            time.sleep(0.25)
+        holder.finish(timeout=30)
+        flood_over = time.monotonic()
+        # When: the flood is over. Then: a whole heartbeat timeout later, silence counts again.
+        wait_for(lambda: statuses([worker]) != [S.CONNECTED], timeout=4 * HEARTBEAT_TIMEOUT)
+        lost_after = time.monotonic() - flood_over
+        ended = how_it_ended(worker)
+    finally:
+        thaw(frozen)
+    assert ended == f"{S.STOPPED} / Worker disconnected"
+    assert HEARTBEAT_TIMEOUT - 1 < lost_after < 2 * HEARTBEAT_TIMEOUT, lost_after
+    print(
+        f"\nthe relay shed calls for {2 * HEARTBEAT_TIMEOUT:g}s with the agent frozen: the worker "
+        f"stayed connected, and went {ended} {lost_after:.1f}s after the flood "
+        f"ended (heartbeat timeout {HEARTBEAT_TIMEOUT:g}s)"
+    )
     wait_for(lambda: worker.job_name not in squeue_names(ssh_target), timeout=60)

@@ -4,6 +4,7 @@ process while it holds the cluster's lease, and sets both up again when either i
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from urllib.parse import urlsplit
@@ -16,7 +17,7 @@ from django.utils import timezone
 from workers_app import lifecycle
 from workers_app.agents.relays.addresses import relay_fingerprint, relay_tag, upstream_address
 from workers_app.agents.relays.lease import Lease
-from workers_app.agents.relays.records import note, note_started
+from workers_app.agents.relays.records import note, note_shedding, note_started
 from workers_app.connections import new_connection
 from workers_app.models import AgentRelay, Cluster, RelayState
 from workers_app.node import relay_source
@@ -26,6 +27,8 @@ from workers_app.transport.tunnel import RelayTunnel
 log = logging.getLogger(__name__)
 # How often a keeper looks for a dead relay or connection between its full checks.
 TROUBLE_POLL = 0.1
+# What the relay prints on stderr when it could not pass calls: how many in all, so far.
+SHED_REPORT = re.compile(r"shed=(\d+)")
 
 
 def tunnel_for(cluster: Cluster, address: str) -> RelayTunnel:
@@ -57,6 +60,8 @@ class RelayKeeper:
         self.holder = holder
         self.tunnel: RelayTunnel | None = None
         self.was_up = False
+        # Calls the current relay reported it shed, as last noted.
+        self.shed_seen = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"relay-keeper-{cluster.name}", daemon=True
@@ -121,6 +126,7 @@ class RelayKeeper:
         if self.tunnel is not None:
             problem = self.tunnel.problem()
             if problem is None:
+                self._note_shedding(self.tunnel.stderr_text())
                 note(self.cluster_id, checked_at=now)
                 return True
             log.warning("relay of %s lost: %s; setting it up again", self.cluster.name, problem)
@@ -128,6 +134,19 @@ class RelayKeeper:
             note(self.cluster_id, state=RelayState.DOWN, last_error=problem, checked_at=now)
         self._set_up()
         return True
+
+    def _note_shedding(self, said: str) -> None:
+        """A relay that shed calls since the last check (connections made to give way, refused
+        for want of slots, or the platform not reached) may have shed agents' beats: their
+        silence is not theirs, as when the relay is down."""
+        reports = SHED_REPORT.findall(said)
+        shed = int(reports[-1]) if reports else 0
+        if shed <= self.shed_seen:
+            return
+        if not self.shed_seen:
+            log.warning("relay of %s sheds calls: %s", self.cluster.name, said[-300:])
+        self.shed_seen = shed
+        note_shedding(self.cluster_id, report=said[said.rfind("shed=") :], now=timezone.now())
 
     def _set_up(self) -> None:
         address = (
@@ -153,6 +172,7 @@ class RelayKeeper:
             tunnel.close()
             return
         self.tunnel = tunnel
+        self.shed_seen = 0
         host = self.cluster.relay_host or endpoint.hostname
         now = timezone.now()
         fields: dict[str, object] = {

@@ -28,6 +28,19 @@ def note_started(cluster_id: int, holder: str) -> str:
     return relay.state
 
 
+def note_shedding(cluster_id: int, *, report: str, now: datetime) -> None:
+    """The relay could not pass some calls (it made connections give way, refused them for want
+    of slots, or could not reach the platform): they may have been agents' beats, so it counts
+    as up, for the heartbeat sweep, only from now on, as after a repair."""
+    note(
+        cluster_id,
+        up_since=now,
+        last_error=f"the relay shed calls, so no agent's silence counts meanwhile: {report}"[:2000],
+        checked_at=now,
+        updated_at=now,
+    )
+
+
 def stop_unwanted_relays() -> int:
     """Relays of clusters switched back to direct that no supervisor confirms any more."""
     stale = timezone.now() - timedelta(seconds=settings.ACTIVATE_RELAY_LEASE)
@@ -40,8 +53,9 @@ def stop_unwanted_relays() -> int:
 
 
 def clusters_agents_cannot_reach(now: datetime) -> set[int]:
-    """Via-login-host clusters whose relay has not been up for a whole heartbeat timeout (or no
-    supervisor confirms it): their agents' silence may be the relay's, not theirs."""
+    """Via-login-host clusters whose relay has not been up, passing every call, for a whole
+    heartbeat timeout (down, shedding calls lately, or no supervisor confirms it): their
+    agents' silence may be the relay's, not theirs."""
     stale = now - timedelta(seconds=settings.ACTIVATE_RELAY_LEASE)
     heard_since = now - timedelta(seconds=settings.ACTIVATE_HEARTBEAT_TIMEOUT)
     heard = AgentRelay.objects.filter(
