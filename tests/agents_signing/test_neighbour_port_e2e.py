@@ -9,7 +9,6 @@ copy of what crossed it.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +23,7 @@ from harness.cluster import SshTarget
 from harness.platform import Platform
 from harness.waiting import wait_for
 from workers_app import services
-from workers_app.agents.heartbeats import HeartbeatStore
+from workers_app.agents.heartbeats import PREFIX, HeartbeatStore
 from workers_app.models import Environment, EnvironmentField, Worker, WorkerEvent
 from workers_app.statuses import WorkerStatus
 
@@ -32,8 +31,10 @@ S = WorkerStatus
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 # Room for the neighbour's turn: the platform would rightly stop an agent silent this long.
 KNOBS = {"ACTIVATE_HEARTBEAT_TIMEOUT": "30"}
-# What the heartbeat sweep logs when it grants every connected worker a fresh grace period.
-GRACE = "connected workers get a fresh grace period"
+TIMEOUT_MS = int(KNOBS["ACTIVATE_HEARTBEAT_TIMEOUT"]) * 1000
+# What the heartbeat sweep logs once it has given every connected worker a fresh grace period
+# because it found the store without its epoch (this test's fresh Redis).
+RESET_GRACE = "heartbeat store was reset"
 
 
 @dataclass
@@ -210,31 +211,30 @@ def test_a_captured_beat_replayed_to_the_platform_is_refused_and_changes_nothing
     )
     events = WorkerEvent.objects.filter(worker=worker).count()
     frozen = freeze_agent(worker.public_id)
+    store, key = HeartbeatStore(), f"{PREFIX}{worker.pk}"
     try:
-        # A beat sent just before the freeze must land before the slate is wiped.
+        # A beat sent just before the freeze must land first. The sweeper's first sweep on this
+        # test's fresh Redis writes the heartbeat epoch, then sets every connected worker's key
+        # anew (a fresh grace, as an accepted replay would: CI saw it 7 s late): both are over.
         wait_for(lambda: front.in_flight == 0, timeout=10)
-        for _ in range(3):
-            graces = platform.log_count(GRACE)
-            HeartbeatStore().forget(worker.pk)
-            # When the neighbour sends it to the agents' server again
-            again = httpx.post(
-                platform.agent_url + captured.path,
-                content=captured.body,
-                headers={k: v for k, v in captured.headers.items() if k.lower() != "host"},
-                timeout=10,
-            )
-            alive = HeartbeatStore().alive([worker.pk])
-            time.sleep(0.5)
-            # The sweeper's first sweep on this test's fresh Redis (CI saw it 7 s after the
-            # start, in this very window), like any sweep that finds a gap on the platform's
-            # side, grants every connected worker a fresh grace: it sets the key the replay must
-            # not. Such a turn shows nothing of the replay, so it is taken again.
-            if platform.log_count(GRACE) == graces:
-                break
-        # Then it is refused, unsigned, and keeps nobody alive
+        wait_for(store.intact, timeout=30)
+        wait_for(lambda: platform.log_count(RESET_GRACE) >= 1, timeout=30)
+        # The key is left in place (a sweep finds nobody silent) and has run down a while, so
+        # that a replay setting it anew would stand out.
+        wait_for(lambda: 0 < store.redis.pttl(key) <= TIMEOUT_MS - 1500, timeout=10)
+        before = store.redis.pttl(key)
+        # When the neighbour sends it to the agents' server again
+        again = httpx.post(
+            platform.agent_url + captured.path,
+            content=captured.body,
+            headers={k: v for k, v in captured.headers.items() if k.lower() != "host"},
+            timeout=10,
+        )
+        after = store.redis.pttl(key)
+        # Then it is refused, unsigned, and gives nobody more time: the key only ran down
         assert again.status_code == 401, again.text
         assert "x-activate-signature" not in again.headers
-        assert alive == set()
+        assert 0 < after <= before, (before, after)
     finally:
         thaw(frozen)
     worker.refresh_from_db()
