@@ -1,5 +1,5 @@
 """VS Code in the browser: code-server with password login, on a Unix socket in the session's
-private folder (options: --code-server PATH)."""
+private folder, its own port proxy off (options: --code-server PATH)."""
 
 import hashlib
 import os
@@ -32,6 +32,9 @@ def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
             "--disable-telemetry",
             "--disable-update-check",
             "--disable-workspace-trust",
+            # Its /proxy/<port>/ and /absproxy/<port>/ would serve anything on the node's
+            # loopback, another user's server too, on the session's origin with its login.
+            "--disable-proxy",
             "--user-data-dir",
             os.path.join(data, "data"),
             "--extensions-dir",
