@@ -147,12 +147,8 @@ def test_a_neighbour_on_the_node_gets_nothing_from_a_running_jupyter_session(
     assert status.status_code == 200, status.text[:300]
 
     # When: the neighbour looks for the token where it lives: the server's environment, its
-    # command line, and the owner's Jupyter runtime files.
-    runtime = [
-        str(found)
-        for home in (Path(os.path.expanduser(f"~{owner}")),)
-        for found in home.glob(".local/share/jupyter/runtime/jpserver-*.json")
-    ]
+    # command line, and the server's runtime files (in the session's private folder).
+    runtime = [str(found) for found in Path(socket_path).parent.glob("jpserver-*.json")]
     assert runtime, "JupyterLab wrote no runtime file where the test looks"
     looked = as_user(
         neighbour,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,13 @@ from tests.sessions.listener_audit import (
     zmq_socket_type,
 )
 from tests.sessions.test_neighbour_jupyter_kernels import KERNEL_PYTHON
+
+GATE = (
+    "import socket, sys, time\n"
+    "gate = socket.create_server(('127.0.0.1', 0))\n"
+    "print(gate.getsockname()[1], flush=True)\n"
+    "time.sleep(300)\n"
+)
 
 
 def listening(pid: int) -> list[Listener]:
@@ -56,10 +62,15 @@ def test_the_audit_names_a_listener_planted_beside_the_gate_and_only_it(
 ) -> None:
     # Given: a session's gate (a listener of this process's), a server planted in the session,
     # and the same server of the same uid outside it (on IPv6).
+    # The gate is a process of its own: this one may hold other tests' listeners.
     planted, outsider = http_server("127.0.0.1"), http_server("::1")
-    with socket.create_server(("127.0.0.1", 0)) as gate:
-        gate_port = gate.getsockname()[1]
-        session = {os.getpid(), planted.pid}
+    gate = subprocess.Popen(
+        [sys.executable, "-c", GATE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert gate.stdout is not None
+        gate_port = int(gate.stdout.readline())
+        session = {gate.pid, planted.pid}
         # When: the audit looks at the session's listeners, told apart by the holding pid.
         listeners = tcp_listeners(os.getuid())
         found = unexpected(
@@ -67,13 +78,16 @@ def test_the_audit_names_a_listener_planted_beside_the_gate_and_only_it(
         )
         printed = report(found)
         print(printed)
+    finally:
+        gate.kill()
+        gate.wait()
     # Then: it names the planted server, with its address, port and command line ...
     (server,) = listening(planted.pid)
     assert found == [server]
     assert f"127.0.0.1:{server.port} " in printed and "-m http.server 0 --bind 127.0.0.1" in printed
     # ... and it saw the gate and the outsider, and let them be.
     seen = {(listener.address, listener.port, listener.pid) for listener in listeners}
-    assert ("127.0.0.1", gate_port, os.getpid()) in seen
+    assert ("127.0.0.1", gate_port, gate.pid) in seen
     assert ("::1", listening(outsider.pid)[0].port, outsider.pid) in seen
     # And: the planted server is no ZMQ socket (it could not pass for a kernel's pipe).
     assert zmq_socket_type(server.port) is None
