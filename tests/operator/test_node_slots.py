@@ -209,10 +209,14 @@ def test_the_gate_ends_a_handshake_trickling_past_its_deadline(
     threading.Thread(target=trickle, args=(conn, b"h" * 100, 0.1, stop), daemon=True).start()
     started = time.monotonic()
     assert conn.recv(512).startswith(activate_session.GATE_GREETING)
-    assert conn.recv(512) == b""
+    # Closing with the trickle's bytes unread, the gate's kernel may answer with a reset.
+    try:
+        ended = conn.recv(512)
+    except ConnectionResetError:
+        ended = b""
     took = time.monotonic() - started
     stop.set()
-    assert 0.9 < took < 1.6, took
+    assert ended == b"" and 0.9 < took < 1.6, (ended, took)
     conn.close()
 
 
