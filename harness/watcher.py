@@ -68,7 +68,9 @@ class SecretBook:
                 self.known.setdefault(value, kind)
 
     def add_hash(self, digest: str, kind: str) -> None:
-        if re.fullmatch(r"[0-9a-f]{64}", digest):
+        """A secret known by its SHA-256 hex digest, whole or its first 40 digits (how the
+        login-session table keeps its keys)."""
+        if re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", digest):
             with self.lock:
                 self.hashes.setdefault(digest, kind)
 
@@ -91,7 +93,8 @@ class SecretBook:
                 hashes = dict(self.hashes)
             hits = [(value, kind) for value, kind in known if value in text]
             for token in set(TOKEN.findall(text)):
-                kind = hashes.get(hashlib.sha256(token.encode()).hexdigest())
+                digest = hashlib.sha256(token.encode()).hexdigest()
+                kind = hashes.get(digest) or hashes.get(digest[:40])
                 if kind:
                     hits.append((token, f"{kind} (by its hash)"))
             for value, kind in hits:
@@ -140,8 +143,8 @@ def gather_platform_secrets(book: SecretBook) -> None:
             book.add(hashlib.sha256(secret.encode()).hexdigest(), "a session's password hash")
         with suppress(Exception):
             book.add(session.login_cookie(), "a session's login cookie")
-    for key in PlatformSession.objects.values_list("session_key", flat=True):
-        book.add(key, "a platform session key")
+    for stored in PlatformSession.objects.values_list("session_key", flat=True):
+        book.add_hash(stored, "a platform session key")
     for digest in Worker.objects.exclude(agent_secret_hash="").values_list(
         "agent_secret_hash", flat=True
     ):

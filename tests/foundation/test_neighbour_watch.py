@@ -115,3 +115,23 @@ def test_short_or_absent_values_are_never_counted_as_secrets() -> None:
     book.add_hash("not-a-digest", "nothing")
     assert book.known == {} and book.hashes == {}
     assert book.leaks({"pid": 1, "uid": 0, "argv": ["short", "x" * 40]}) == []
+
+
+def test_a_login_session_key_is_found_by_what_the_session_table_keeps_of_it(db: None) -> None:
+    # Given a browser login whose key the table keeps only as a truncated hash
+    from django.contrib.sessions.models import Session as PlatformSession
+
+    from activate.login_sessions import SessionStore
+
+    store = SessionStore()
+    store["seen"] = True
+    store.save()
+    key = store.session_key
+    assert key and not PlatformSession.objects.filter(session_key=key).exists()
+    book = SecretBook()
+    gather_platform_secrets(book)
+    # When the key shows on a command line, Then the book names it; a made-up key it does not
+    (leak,) = book.leaks({"pid": 7, "uid": 1001, "argv": ["curl", "-b", f"sessionid={key}"]})
+    assert leak.kind == "a platform session key (by its hash)" and key not in leak.shown
+    made_up = "sessionid=" + "q" * 32
+    assert book.leaks({"pid": 7, "uid": 1001, "argv": ["curl", "-b", made_up]}) == []
