@@ -1,20 +1,24 @@
 """Delete workers in every status, including mid-submit: afterwards no `pw-worker-*` job of a
 deleted worker remains in squeue.
 
-Statuses covered: pending (deleted as its submission starts, or 0-0.3 s after the request:
-before, during or just after its submission), queued, starting (its agent cannot call back:
-the agents' server is down meanwhile), connected, stopping (deleted twice), and stopped (deleted
-again). Mid-submit requests and deletions call workers_app.services (what the API calls)
-in-process, to land inside a submission's ~0.15 s; the others go through the API.
+Statuses covered: pending (deleted in its submission's dangerous window, its job made by sbatch
+and not yet recorded, or 0-0.3 s after the request: before, during or just after its
+submission), queued, starting (its agent cannot call back: the agents' server is down
+meanwhile), connected, stopping (deleted twice), and stopped (deleted again). Mid-submit
+requests and deletions call workers_app.services (what the API calls) in-process; the window is
+held open (drills.drill recording_held: the row locked once the agent secret is committed,
+until squeue lists the job), and a deletion counts as in it only when, as it was made, squeue
+listed the worker's job and its row had no job id. The drill fails when fewer than half the
+mid-submit deletions landed so, or when such a worker's job was not taken up for cancelling.
+The others go through the API.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
 
-from drills.drill import Drill, DrillResult, pause, submissions_in_progress
+from drills.drill import Drill, DrillResult, pause, recording_held, unrecorded
 from harness import HarnessError
 from harness.cluster import SshTarget
 from harness.objects import HELD_ENVIRONMENT, RUN_ENVIRONMENT, job_name
@@ -58,32 +62,39 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
         # Stopping: the second deletion arrives while the first waits for the scheduler.
         delete(connected[2])
         delete(connected[2])
-        # Mid-submit: half are deleted the moment their submission takes its lock (before it
-        # talks to the cluster), half a random 0-300 ms after the request. A lock-timed
-        # deletion counts when the submission still held its lock once the deletion was done;
-        # one that came too late is tried again with another worker (as many times at most).
-        timed, late, number = 0, 0, 0
-        while number < mid_submit and late <= mid_submit:
+        # Mid-submit: half are deleted in their submission's window (job made, not recorded),
+        # half a random 0-300 ms after the request. A deletion that missed its window is not
+        # counted and is tried again with another worker (as many times at most).
+        in_window: dict[int, str] = {}
+        missed, number = 0, 0
+        while number < mid_submit and missed <= mid_submit:
             worker = services.request_worker(
                 owner=drill.owner, cluster=drill.cluster.name, environment=HELD_ENVIRONMENT
             )
-            lock_timed = number % 2 == 0
-            if lock_timed:
-                wait_until(_submitting(worker.pk), timeout=10, interval=0.002)
+            if number % 2 == 0:
+                with recording_held(target, [worker.pk]) as window:
+                    listed = unrecorded(window)
+                    worker.refresh_from_db()
+                    status = worker.status
+                    services.delete_worker(worker)
+                    # Pending to stopped is the deletion finding the row still without its job.
+                    worker.refresh_from_db()
+                    hit = listed if worker.status == S.STOPPED else {}
+                if not hit:
+                    missed += 1  # deleted, but not in its window: not counted
+                    continue
+                in_window.update(hit)
             else:
                 pause(chooser.uniform(0, 0.3))
-            worker.refresh_from_db()
-            status = worker.status
-            services.delete_worker(worker)
-            if lock_timed and worker.pk not in submissions_in_progress():
-                late += 1  # deleted, but not amid its submission: not counted
-                continue
+                worker.refresh_from_db()
+                status = worker.status
+                services.delete_worker(worker)
             deleted_in[status] += 1
-            timed += lock_timed
             number += 1
         drill.check(
-            timed == (mid_submit + 1) // 2,
-            f"only {timed} deletions landed while their submission held its lock ({late} late)",
+            len(in_window) == (mid_submit + 1) // 2,
+            f"only {len(in_window)} of {(mid_submit + 1) // 2} deletions landed in a "
+            f"submission's window (its job made, not recorded; {missed} missed it)",
         )
         # Already ended: deleting again changes nothing.
         if drill.wait_status(queued[:1], set(FINISHED), timeout=60):
@@ -102,18 +113,28 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
             all(n <= 1 for n in counts.values()),
             f"workers with more than one job: {[k for k, n in counts.items() if n > 1]}",
         )
-        late_jobs = WorkerEvent.objects.filter(
+        late = WorkerEvent.objects.filter(
             worker__in=workers, reason__contains="created after the worker ended"
-        ).count()
+        )
+        late_jobs = late.count()
+        cancelled = set(late.values_list("worker_id", "reason"))
+        untaken = [
+            f"{job_name(public_id)} (job {in_window[pk]})"
+            for pk, public_id in Worker.objects.filter(pk__in=list(in_window)).values_list(
+                "pk", "public_id"
+            )
+            if not any(w == pk and f"Job {in_window[pk]} " in r for w, r in cancelled)
+        ]
+        drill.check(
+            not untaken,
+            f"deleted in the window, their job not taken up for cancelling: {untaken}",
+        )
         drill.note(
             "deleted in: "
             + ", ".join(f"{status} {n}" for status, n in sorted(deleted_in.items()))
-            + f"; {timed} while their submission held its lock ({late} came too late and were "
-            f"tried again); {late_jobs} jobs were created after their worker was deleted and then "
-            "cancelled; no job of a deleted worker left in squeue"
+            + f"; {len(in_window)} with their job made and not recorded ({missed} missed that "
+            f"window and were tried again), each job then taken up for cancelling; {late_jobs} "
+            "jobs were created after their worker was deleted and then cancelled; no job of a "
+            "deleted worker left in squeue"
         )
         return drill.result
-
-
-def _submitting(worker_id: int) -> Callable[[], bool]:
-    return lambda: worker_id in submissions_in_progress()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -274,6 +275,51 @@ def submitting_processes(pids: Iterable[int]) -> dict[int, int]:
         except OSError:
             continue
     return found
+
+
+@contextmanager
+def recording_held(
+    target: SshTarget, worker_ids: Iterable[int], *, timeout: float = 10
+) -> Iterator[dict[int, str]]:
+    """Catch submissions in their dangerous window: the job made, not yet recorded.
+
+    A submission commits its worker's agent secret just before it runs sbatch, and records the
+    job afterwards. Once a worker here has its secret and no job id, this locks its row
+    (SELECT FOR UPDATE, in a transaction of its own), so the submission can make the job but
+    not record it, and waits until squeue lists a job under the worker's name. Yields the
+    workers caught so (pk -> the job id squeue lists), empty when none was; at exit the
+    transaction ends (committing what the caller did in it) and held recordings go on.
+    """
+    from django.db import transaction
+
+    from workers_app.models import Worker
+    from workers_app.statuses import WorkerStatus
+
+    submitting = Worker.objects.filter(
+        pk__in=list(worker_ids), status=WorkerStatus.PENDING, scheduler_job_id=""
+    ).exclude(agent_secret_hash="")
+    wait_until(submitting.exists, timeout=timeout, interval=0.002)
+    with transaction.atomic():
+        held = {job_name(w.public_id): w.pk for w in submitting.select_for_update()}
+        caught: dict[int, str] = {}
+        deadline = time.monotonic() + timeout
+        while held and not caught and time.monotonic() < deadline:
+            listed = target.jobs(all_states=True)
+            caught = {held[name]: job_id for job_id, name in listed.items() if name in held}
+            if not caught:
+                time.sleep(0.02)
+        yield caught
+
+
+def unrecorded(caught: dict[int, str]) -> dict[int, str]:
+    """Those of ``caught`` whose row still has no job id, read now."""
+    from workers_app.models import Worker
+    from workers_app.statuses import WorkerStatus
+
+    still = Worker.objects.filter(
+        pk__in=list(caught), status=WorkerStatus.PENDING, scheduler_job_id=""
+    ).values_list("pk", flat=True)
+    return {pk: caught[pk] for pk in still}
 
 
 def now() -> datetime:
