@@ -2,13 +2,16 @@
 job; none lost, none duplicated.
 
 Each round requests a burst of (held) workers (every other one in a single bulk request, so a
-batch is killed mid-way) and, while their submissions hold their locks
-(between the name lookup, sbatch and recording the job), kills either the whole worker (main
-process and its prefork children) or the child whose task holds a submission. A kill counts
-only when its process held a submission's lock a moment before; the drill fails when fewer
-than asked landed. Killed tasks come
-back (acks_late: redelivered after the visibility timeout; a lost child's task is rejected and
-requeued) and the dispatch sweep resends pending workers whose lease ran out.
+batch is killed mid-way) and kills, in the dangerous window of a submission (its job made by
+sbatch, not yet recorded), either the whole worker (main process and its prefork children) or
+the child whose task holds that submission. The window is held open (drills.drill
+recording_held: the worker's row locked once its agent secret is committed, until squeue lists
+its job), and a kill counts only when squeue listed the worker's job before it, the killed
+process held its submission, and the row still had no job id once the process was dead; the
+drill fails when fewer kills than asked landed so, and when a caught worker does not end with
+the very job listed at its kill. Killed tasks come back (acks_late: redelivered after the
+visibility timeout; a lost child's task is rejected and requeued) and the dispatch sweep resends
+pending workers whose lease ran out; they find the job by name and adopt it.
 """
 
 from __future__ import annotations
@@ -17,24 +20,22 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable
 
 from drills.drill import (
     Drill,
     DrillResult,
-    pause,
-    submissions_in_progress,
+    recording_held,
     submitting_processes,
+    unrecorded,
 )
 from harness.cluster import SshTarget
-from harness.objects import HELD_ENVIRONMENT
-from harness.waiting import wait_until
+from harness.objects import HELD_ENVIRONMENT, job_name
 
 NAME = "SIGKILL the Celery worker during submissions"
 
 
 def run(target: SshTarget, *, kills: int = 8, burst: int = 6) -> DrillResult:
-    from workers_app.models import WorkerEvent
+    from workers_app.models import Worker, WorkerEvent
     from workers_app.statuses import WorkerStatus
 
     S = WorkerStatus
@@ -44,38 +45,47 @@ def run(target: SshTarget, *, kills: int = 8, burst: int = 6) -> DrillResult:
         platform.start_all()
         kinds = {"whole worker": 0, "one prefork child": 0}
         missed = 0
-        # A kill counts when it landed: the process it killed held a submission's lock (between
-        # the name lookup, sbatch and recording) a moment before. A round whose submissions
-        # ended first is a miss and is tried again, up to three times as many as kills asked.
+        # Worker pk -> the job squeue listed under its name when its submitter was killed.
+        caught: dict[int, str] = {}
+        # A round whose window was not caught (its submissions recorded first, or the killed
+        # process did not hold a caught one) is a miss and is tried again, up to three times
+        # as many as kills asked.
         while sum(kinds.values()) < kills and missed <= 3 * kills:
             whole = sum(kinds.values()) % 2 == 0
             # Every other burst is one bulk request: its workers are submitted as one batch.
             made = drill.request(HELD_ENVIRONMENT, burst, bulk=not whole)
-            ids = {w.pk for w in made}
-            wait_until(_submitting(ids), timeout=30, interval=0.005)
-            # A submission holds its lock some tens of milliseconds: kill within that.
-            pause(chooser.uniform(0, 0.01))
-            children = platform.child_pids("worker")
-            holders = {
-                worker: pid
-                for worker, pid in submitting_processes(children).items()
-                if worker in ids
-            }
-            if not holders:
+            with recording_held(target, {w.pk for w in made}) as window:
+                holders = {
+                    worker: pid
+                    for worker, pid in submitting_processes(platform.child_pids("worker")).items()
+                    if worker in window
+                }
+                # Just before the kill: the job listed, the row without it, the holder.
+                hit = {w: job for w, job in unrecorded(window).items() if w in holders}
+                if not hit:
+                    missed += 1
+                    continue
+                if whole:
+                    platform.kill("worker")
+                else:
+                    pid = holders[chooser.choice(sorted(hit))]
+                    os.kill(pid, signal.SIGKILL)
+                    hit = {w: job for w, job in hit.items() if holders[w] == pid}
+                # Still without its job once its submitter is dead: the kill came in time.
+                hit = unrecorded(hit)
+            if whole:
+                platform.start_worker()
+            if not hit:
                 missed += 1
                 continue
-            if whole:
-                platform.kill("worker")
-                platform.start_worker()
-                kinds["whole worker"] += 1
-            else:
-                os.kill(chooser.choice(sorted(set(holders.values()))), signal.SIGKILL)
-                kinds["one prefork child"] += 1
+            caught.update(hit)
+            kinds["whole worker" if whole else "one prefork child"] += 1
         landed = sum(kinds.values())
         drill.result.repetitions = landed
         drill.check(
             landed == kills,
-            f"only {landed} of {kills} kills landed during a submission ({missed} rounds missed)",
+            f"only {landed} of {kills} kills landed in a submission's window (its job made, "
+            f"not recorded; {missed} rounds missed it)",
         )
         workers = drill.workers()
         started = time.monotonic()
@@ -99,6 +109,17 @@ def run(target: SshTarget, *, kills: int = 8, burst: int = 6) -> DrillResult:
                     listed == [worker.scheduler_job_id],
                     f"{worker.public_id} records {worker.scheduler_job_id}, squeue has {listed}",
                 )
+        kept = Worker.objects.filter(pk__in=list(caught)).values_list(
+            "pk", "public_id", "scheduler_job_id"
+        )
+        strayed = {
+            job_name(public_id): f"{caught[pk]} at the kill, {job_id or 'none'} recorded"
+            for pk, public_id, job_id in kept
+            if job_id != caught[pk]
+        }
+        drill.check(
+            not strayed, f"workers caught in the window that did not keep their job: {strayed}"
+        )
         adopted = WorkerEvent.objects.filter(
             worker__in=workers, reason__contains="already submitted; adopted"
         ).count()
@@ -106,13 +127,10 @@ def run(target: SshTarget, *, kills: int = 8, burst: int = 6) -> DrillResult:
         drill.note(
             f"{len(workers)} workers, {kinds['whole worker']} kills of the whole worker and "
             f"{kinds['one prefork child']} of the child holding a submission, each while a "
-            f"submission held its lock ({missed} rounds whose submissions ended first, tried "
-            f"again); all queued {took:.0f} s after the last kill; {lost_tasks} tasks killed "
-            f"mid-run in a child; {adopted} found their job already made and adopted it (a kill "
-            "between sbatch and recording)"
+            f"job it submitted was made and not recorded ({len(caught)} such jobs; {missed} "
+            f"rounds missed the window and were tried again); all queued {took:.0f} s after "
+            f"the last kill; {lost_tasks} tasks killed mid-run in a child; {adopted} found "
+            "their job already made and adopted it; every caught worker kept the job listed at "
+            "its kill"
         )
         return drill.result
-
-
-def _submitting(ids: set[int]) -> Callable[[], bool]:
-    return lambda: bool(ids & submissions_in_progress())
