@@ -5,9 +5,14 @@ share PostgreSQL and Redis behind HAProxy (harness/balancer.py, shaped as docker
 users and agents are told only the balancer's addresses. Agents of a direct cluster and of a
 cluster reached via its login host (a relay) beat through it, spread over both agents' servers.
 Each round the host holding the beat lease and the relay is lost while requests for workers
-arrive, a kept terminal is open on each host and every agent beats; then it comes back.
-Checked each round: every worker requested ends with exactly one job (requests cut off in
-flight included: those that made a worker); no worker changes status; the other beat sends
+arrive, a kept terminal is open on each host and every agent beats; then it comes back. The
+loss comes at a moment when the host's Celery worker holds a submission: its processes are
+frozen (SIGSTOP) until one is seen holding a submission's lock (thawed and tried again when
+none is), stay frozen FREEZE seconds so that a request the balancer sent it hangs there, and
+are then SIGKILLed. Checked each round: a submission was in flight on the lost host and an HTTP
+request was in flight to it and cut off (sent before the kill, answered by a 5xx or no answer
+after it); every worker requested ends with exactly one job (requests cut off in flight
+included: those that made a worker); no worker changes status; the other beat sends
 sweeps within a lease; the relay moves to the other host; the lost host's terminal ends for its
 client, its record closes with a reason, and it reconnects through the balancer to the other
 host, where the kept shell is as it was; the other host's terminal never notices.
@@ -30,7 +35,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from drills.beat_failover import sweeps_sent
-from drills.drill import Drill, DrillResult, now, pause
+from drills.drill import Drill, DrillResult, now, pause, submitting_processes
 from harness import HarnessError
 from harness.balancer import PIN_HEADER, Backend, Balancer
 from harness.cluster import SshTarget
@@ -65,6 +70,17 @@ SENDERS = 2
 REQUEST_EVERY = 0.1
 REQUESTS_BEFORE, REQUESTS_AFTER = 2.0, 3.0
 RETRIES, RETRY_AFTER = 5, 0.5
+# How long the lost host's processes may be frozen and thawed in turn, waiting for one to hold a
+# submission; and how long they stay frozen before the kill once one does.
+FIND_SUBMISSION_WITHIN = 15.0
+FREEZE = 0.5
+
+
+@dataclass
+class Attempt:
+    sent: float
+    answered: float
+    status: int  # -1: no answer at all
 
 
 @dataclass
@@ -77,6 +93,7 @@ class Asked:
     worker: str = ""
     # What the attempts before the last got (-1: no answer at all).
     cut: list[int] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
 
 
 @dataclass
@@ -101,6 +118,7 @@ class Requests:
 
     def _ask(self, api: httpx.Client, asked: Asked, key: str) -> None:
         for _ in range(RETRIES):
+            sent = time.time()
             try:
                 answer = api.post(
                     "/api/workers/",
@@ -110,6 +128,7 @@ class Requests:
                 status = answer.status_code
             except httpx.HTTPError:
                 status = -1
+            asked.attempts.append(Attempt(sent, time.time(), status))
             if status in (200, 201):
                 asked.status, asked.worker = status, answer.json()["id"]
                 break
@@ -300,6 +319,13 @@ def _lose(
     for sender in senders:
         sender.start()
     pause(REQUESTS_BEFORE)
+    frozen_at, submitting = _freeze_while_submitting(hosts[victim])
+    drill.check(
+        bool(submitting),
+        f"round {number + 1}: no submission in flight on host {victim}'s Celery worker within "
+        f"{FIND_SUBMISSION_WITHIN:g} s",
+    )
+    pause(FREEZE)
     killed_at = time.time()
     lost = hosts[victim].kill_all()
     pause(REQUESTS_AFTER)
@@ -382,10 +408,29 @@ def _lose(
     cut_off = [status for a in requests.asked for status in a.cut]
     retried = [a for a in requests.asked if a.cut]
     in_flight = [a for a in requests.asked if a.sent <= killed_at <= a.answered]
+    # Sent before the kill, answered after it by a 5xx or no answer: cut off on the lost host.
+    cut_in_flight = [
+        t
+        for a in requests.asked
+        for t in a.attempts
+        if t.sent < killed_at < t.answered and (t.status < 0 or t.status >= 500)
+    ]
+    drill.check(
+        bool(cut_in_flight),
+        f"round {number + 1}: no request in flight to host {victim} was cut off by its loss "
+        f"({len(in_flight)} requests in flight at the kill)",
+    )
+    drill.check(
+        set(submitting) <= set(made.values_list("pk", flat=True)),
+        f"round {number + 1}: a submission in flight on host {victim} was not of a worker "
+        "requested this round",
+    )
     _start_host(hosts[victim])
     return (
-        f"{len(lost)} processes killed; {len(requests.asked)} requests, {len(in_flight)} in "
-        f"flight at the kill, {len(retried)} cut off and sent again with their key "
+        f"{len(lost)} processes killed, {killed_at - frozen_at:.1f} s after they were frozen "
+        f"with the submissions of {len(submitting)} workers in flight; {len(requests.asked)} "
+        f"requests, {len(in_flight)} in flight at the kill ({len(cut_in_flight)} of them cut "
+        f"off by it), {len(retried)} cut off and sent again with their key "
         f"({_statuses(cut_off)}), each answered with its worker; {made.count()} workers made, "
         f"each with one job; beat on {survivor} sending after "
         f"{'-' if took_over is None else f'{took_over:.1f}'} s, relay up on {survivor} after "
@@ -394,6 +439,27 @@ def _lose(
         f"{'-' if closed_after is None else f'{closed_after:.1f}'} s after the kill, "
         f"reattached on {survivor} with its screen"
     )
+
+
+def _freeze_while_submitting(platform: Platform) -> tuple[float, set[int]]:
+    """Freeze every process of the host (SIGSTOP) at a moment when its Celery worker holds a
+    submission's lock: when and the workers whose submission it holds (empty: none was seen
+    within FIND_SUBMISSION_WITHIN; the processes are left frozen either way)."""
+    groups = [p.pid for p in platform.processes.values() if p.poll() is None]
+    worker = platform.processes["worker"]
+    deadline = time.monotonic() + FIND_SUBMISSION_WITHIN
+    while True:
+        for group in groups:
+            with suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGSTOP)
+        frozen_at = time.time()
+        holders = submitting_processes([worker.pid, *platform.child_pids("worker")])
+        if holders or time.monotonic() >= deadline:
+            return frozen_at, set(holders)
+        for group in groups:
+            with suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGCONT)
+        pause(0.02)
 
 
 def _statuses(statuses: list[int]) -> str:
