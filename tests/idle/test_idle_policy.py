@@ -207,14 +207,14 @@ def test_an_open_terminal_or_session_traffic_keeps_a_quiet_job_busy(client: Clie
     worker, agent = connected(client)
     beat(client, worker, agent, QUIET)
     last_busy(worker, 500)
-    assert state(worker).idle_for(timezone.now()) > 400
+    assert state(worker).idle_for(timezone.now()) == pytest.approx(500, abs=5)
 
     terminal = TerminalRecord.objects.create(
         worker=worker, worker_public_id=worker.public_id, user=worker.owner
     )
     assert state(worker).quiet_since is None
     TerminalRecord.objects.filter(pk=terminal.pk).update(closed_at=timezone.now())
-    assert state(worker).idle_for(timezone.now()) > 400
+    assert state(worker).idle_for(timezone.now()) == pytest.approx(500, abs=5)
 
     idle.note_traffic(worker.pk, "sabc")  # a proxied request for one of its sessions
     assert state(worker).idle_for(timezone.now()) == 0.0
