@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ PRODUCTION_KNOBS = {
 NO_RECONCILE = {"ACTIVATE_RECONCILE_INTERVAL": "86400"}
 # scripts/start.sh web's processes unless ACTIVATE_WEB_WORKERS says otherwise.
 SHIPPED_WEB_WORKERS = 2
+READY_WITHIN = 90.0
 
 
 # What each run started, by process name, as said after it ended (harness/runner.py): the
@@ -146,6 +148,8 @@ class Platform:
     public_url: str = ""
     agents_url: str = ""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # While start_all spawns: the readiness checks it then waits for together.
+    _pending_ready: list[tuple[Callable[[], object], str]] | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -273,7 +277,9 @@ class Platform:
 
     def start_all(self) -> None:
         """Web server, agents' server, Celery worker, sweeper and beat (and the relays' keeper
-        if asked); if one does not start, none is left running."""
+        if asked), started together and waited for together; if one does not start, none is
+        left running."""
+        self._pending_ready = []
         try:
             self.start_web()
             self.start_agents()
@@ -282,7 +288,15 @@ class Platform:
             self.start_beat()
             if self.relays:
                 self.start_relays()
+            waiting, self._pending_ready = self._pending_ready, None
+            deadline = time.monotonic() + READY_WITHIN
+            while waiting:
+                waiting = [(ready, failure) for ready, failure in waiting if not ready()]
+                if waiting and time.monotonic() > deadline:
+                    raise HarnessError(f"{waiting[0][1]}\n{self.logs()}")
+                time.sleep(0.05)
         except BaseException:
+            self._pending_ready = None
             self.stop_all()
             raise
 
@@ -312,7 +326,9 @@ class Platform:
         return process
 
     def _ready(self, predicate: Callable[[], object], failure: str) -> None:
-        if not wait_until(predicate, timeout=90):
+        if self._pending_ready is not None:
+            self._pending_ready.append((predicate, failure))
+        elif not wait_until(predicate, timeout=READY_WITHIN):
             raise HarnessError(f"{failure}\n{self.logs()}")
 
     def _web_answers(self) -> bool:
@@ -345,8 +361,20 @@ class Platform:
         self.stop(name, signal.SIGKILL)
 
     def stop_all(self) -> None:
-        for name in list(self.processes):
-            self.stop(name)
+        """SIGTERM to every process at once, each waited for (SIGKILL after 20 s)."""
+        running = {n: p for n, p in self.processes.items() if p.poll() is None}
+        self.processes.clear()
+        for process in running.values():
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for process in running.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
 
     def kill_all(self) -> list[str]:
         """SIGKILL every process (and its children) at once, as when the host is lost: the names
