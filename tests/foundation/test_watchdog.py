@@ -53,6 +53,7 @@ def test_a_consumer_that_does_not_answer_while_the_broker_does_exits_stuck() -> 
         (settings.REDIS_URL, True),  # healthy
         ("redis://127.0.0.1:1/0", False),  # the broker is away: the consumer's retries are due
     ],
+    ids=["healthy", "away"],
 )
 def test_an_answering_consumer_or_an_absent_broker_is_left_alone(
     broker_url: str, answers: bool

@@ -130,6 +130,7 @@ def test_with_200_live_workers_one_poll_runs_one_status_command(
     assert commands_run_total() - before == 1
 
 
+@pytest.mark.serial
 def test_a_failed_poll_changes_no_worker(
     new_worker,
     environment,
@@ -152,6 +153,7 @@ def test_a_failed_poll_changes_no_worker(
     assert jobs.poll_cluster(environment.cluster_id) == 1
 
 
+@pytest.mark.serial
 def test_while_the_ssh_server_is_down_workers_stay_pending_then_are_sent_when_it_returns(
     new_worker, environment, ssh_target: SshTarget
 ) -> None:

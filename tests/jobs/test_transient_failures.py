@@ -24,6 +24,7 @@ def submit_now(worker: Worker) -> str:
     return outcome
 
 
+@pytest.mark.serial
 def test_a_scheduler_that_does_not_answer_keeps_the_worker_pending_until_it_does(
     new_worker, ssh_target: SshTarget
 ) -> None:
