@@ -45,9 +45,26 @@ KNOBS = {
 }
 
 
+# README: an SSH connection killed on the server side repaired in 0.11 to 0.27 s, a killed relay
+# in 0.16 to 0.27 s: the keeper sets them up again at once, not at its next check. Here the
+# checks are 2.4 s apart (a lease of 7.5 s) and each fault comes just after one, so a repair
+# that waited for the next check would take more than twice this bound.
+REPAIR_WITHIN = 1.0
+SLOW_CHECKS = {**KNOBS, "ACTIVATE_RELAY_LEASE": "7.5", "ACTIVATE_RELAY_CHECK_INTERVAL": "2.4"}
+
+
 @pytest.fixture
 def relay_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
     platform = Platform(workdir=tmp_path, knobs=KNOBS, agent_host=HIDDEN_AGENTS_HOST, relays=True)
+    with platform.running() as running:
+        yield running
+
+
+@pytest.fixture
+def slow_checks_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
+    platform = Platform(
+        workdir=tmp_path, knobs=SLOW_CHECKS, agent_host=HIDDEN_AGENTS_HOST, relays=True
+    )
     with platform.running() as running:
         yield running
 
@@ -93,6 +110,12 @@ def changes(workers: list[Worker]) -> int:
     return sum(w.events.count() for w in Worker.objects.filter(pk__in=[w.pk for w in workers]))
 
 
+def just_checked(environment: Environment) -> None:
+    """Returns as the relay's keeper has finished a check (its next is a whole interval away)."""
+    before = relay_row(environment).checked_at
+    wait_for(lambda: relay_row(environment).checked_at != before, timeout=10, interval=0.02)
+
+
 def hold_and_watch(workers: list[Worker], seconds: float) -> None:
     """Every worker stays connected, sampled all along."""
     deadline = time.monotonic() + seconds
@@ -102,9 +125,9 @@ def hold_and_watch(workers: list[Worker], seconds: float) -> None:
 
 
 def test_agents_told_only_the_relay_connect_and_stay_connected_through_drops(
-    relay_platform: Platform, relay_environment: Environment, user, ssh_target: SshTarget
+    slow_checks_platform: Platform, relay_environment: Environment, user, ssh_target: SshTarget
 ) -> None:
-    platform = relay_platform
+    platform = slow_checks_platform
     cluster = relay_environment.cluster
     tag = relay_tag(cluster)
     first_up = wait_relay_up(relay_environment, platform)
@@ -149,10 +172,12 @@ def test_agents_told_only_the_relay_connect_and_stay_connected_through_drops(
     # The SSH connection drops (its sshd session killed, as a network failure would end it).
     session = sshd_session_of(relay_pids(tag)[0])
     assert session
+    just_checked(relay_environment)
     os.kill(session, signal.SIGKILL)
     dropped = time.monotonic()
     wait_relay_up(relay_environment, platform, repairs=1)
     ssh_repair = time.monotonic() - dropped
+    assert ssh_repair < REPAIR_WITHIN, f"SSH drop repaired in {ssh_repair:.2f}s"
     again = relay_row(relay_environment)
     assert again.address == relay.address
     assert again.forwarded_port != relay.forwarded_port
@@ -160,11 +185,12 @@ def test_agents_told_only_the_relay_connect_and_stay_connected_through_drops(
 
     # The relay process on the login host is killed.
     killed_pid = relay_pids(tag)[0]
+    just_checked(relay_environment)
     os.kill(killed_pid, signal.SIGKILL)
     killed = time.monotonic()
     wait_relay_up(relay_environment, platform, repairs=2)
     relay_repair = time.monotonic() - killed
-    assert relay_repair < HEARTBEAT_TIMEOUT
+    assert relay_repair < REPAIR_WITHIN, f"killed relay repaired in {relay_repair:.2f}s"
     assert relay_pids(tag) and killed_pid not in relay_pids(tag)
     hold_and_watch(workers, HEARTBEAT_TIMEOUT + 2)
 
@@ -223,7 +249,8 @@ def test_the_relay_passes_agent_endpoints_only_and_one_relay_runs_per_cluster(
         status, body = raw_get(address, path)
         assert status == 403, path
         assert "only the agent endpoints" in body
-    assert httpx.delete(f"{base}/agent/v1/heartbeat", timeout=5).status_code == 403
+    deleting = httpx.delete(f"{base}/agent/v1/heartbeat", timeout=5)
+    assert deleting.status_code == 403 and "only the agent endpoints" in deleting.text
     # A call that is not signed as agents sign theirs (a secret in plain text) stops here.
     unsigned = httpx.post(
         f"{base}/agent/v1/heartbeat",
@@ -426,16 +453,31 @@ SQUAT_PORT = """
 """
 
 
-def send_raw(address: str, request: bytes) -> int:
-    """Sends bytes as they are to host:port and returns the answer's status (0 if none)."""
+def send_raw(address: str, request: bytes) -> tuple[int, str, bool]:
+    """Sends bytes as they are to host:port: the answer's status (0 if none), its body, and
+    whether it is signed."""
     host, _, port = address.rpartition(":")
     with socket.create_connection((host.strip("[]"), int(port)), timeout=10) as client:
         client.sendall(request)
         answer = b""
         while chunk := client.recv(65536):
             answer += chunk
-    status_line = answer.split(b"\r\n", 1)[0].split()
-    return int(status_line[1]) if len(status_line) > 1 and status_line[1].isdigit() else 0
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].split()
+    status = int(status_line[1]) if len(status_line) > 1 and status_line[1].isdigit() else 0
+    signed = b"\r\nx-activate-signature:" in head.lower()
+    return status, body.decode(errors="replace"), signed
+
+
+def refused(answer: tuple[int, str, bool], reason: str) -> bool:
+    """The platform's refusal of an agent call it cannot prove (401, unsigned), for ``reason``;
+    not the relay's own 502, nor no answer."""
+    status, body, signed = answer
+    try:
+        error = json.loads(body).get("error")
+    except ValueError:
+        return False
+    return (status, error, signed) == (401, reason, False)
 
 
 def other_request(captured: bytes, public_id: str) -> bytes:
@@ -497,13 +539,14 @@ def test_a_neighbour_who_takes_the_relays_port_during_a_restart_gets_nothing_of_
     # Then whatever it caught is refused by the platform: sent on late (the platform never saw
     # it: the agent signed a new call for each retry, and later ones were accepted), sent again,
     # or made into another request with the same credentials.
+    # A held-back call is refused as a replay too: the agent's later calls were accepted.
     for request in captured:
         late = send_raw(relay.address, request)
         again = send_raw(relay.address, request)
         made_up = send_raw(relay.address, other_request(request, workers[0].public_id))
-        assert late not in range(200, 300), f"a held-back call was accepted: {request[:200]!r}"
-        assert again not in range(200, 300), f"a replay was accepted: {request[:200]!r}"
-        assert made_up not in range(200, 300), f"an altered call was accepted: {request[:200]!r}"
+        assert refused(late, "replayed request"), (late, request[:200])
+        assert refused(again, "replayed request"), (again, request[:200])
+        assert refused(made_up, "bad signature"), (made_up, request[:200])
     assert not Worker.objects.filter(node_hostname="elsewhere.example").exists()
     hold_and_watch(workers, 2)
     assert changes(workers) == events_before, "a worker changed status"
