@@ -182,8 +182,10 @@ def test_a_cpu_loop_and_an_open_terminal_are_not_idle(
                 shown = api_worker(session_platform, key, worker)
                 assert shown["idle_since"] is None, (what, shown["idle_since"], shown["activity"])
             time.sleep(1)
+        # The loop's share of a core, as reported: at least a tenth even with this 2-core
+        # machine at a load of 17 (0.19 and 0.27 seen there), twice ACTIVATE_IDLE_CPU.
         activity = api_worker(session_platform, key, looping)["activity"]
-        assert activity is not None and activity["cpu"] >= 0.5, activity
+        assert activity is not None and activity["cpu"] >= 0.1, activity
     finally:
         shell.drop()
     # The terminal closed, the second worker has nothing left: it is warned in turn.
