@@ -98,6 +98,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     EXIT_GRACE seconds the threads still there are printed, to be fixed, and the process exits
     red: with the session's own status, or TESTS_FAILED if that was OK (a run that had to be
     forced out is not a green run)."""
+    if hasattr(session.config, "workerinput"):
+        # An xdist worker waits, after its session, for the controller to end the whole run;
+        # the controller's own watchdog covers that end (it terminates a worker that hangs).
+        return
     forced_status = int(exitstatus) or int(pytest.ExitCode.TESTS_FAILED)
 
     def watchdog() -> None:

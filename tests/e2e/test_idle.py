@@ -154,6 +154,8 @@ def test_a_sleeping_worker_is_warned_kept_warned_again_and_deleted_with_its_reas
     wait_for(lambda: not in_squeue(job_id), timeout=60)
 
 
+# The loop's share of a core is measured (0.15 beside a parallel run's load).
+@pytest.mark.serial
 def test_a_cpu_loop_and_an_open_terminal_are_not_idle(
     session_platform: Platform,
     pw: Any,

@@ -183,6 +183,8 @@ def how_it_ended(worker: Worker) -> str:
     return f"{worker.status} / {event.reason if event else ''}"
 
 
+# The gaps between accepted calls under the flood are measured: not beside other tests' load.
+@pytest.mark.serial
 def test_a_neighbour_holding_the_relays_connections_leaves_the_owners_worker_beating(
     slots_platform: Platform, relayed_environment: Environment, user, ssh_target: SshTarget
 ) -> None:

@@ -80,6 +80,8 @@ def test_the_owners_environment_is_refused_to_the_neighbour_and_a_readable_one_i
     assert [(leak.kind, leak.where) for leak in leaks] == [("a planted password", "environ")]
 
 
+# The planted cookie is in /tmp, where every watcher of a parallel run reads cookies from.
+@pytest.mark.serial
 def test_a_desktops_x_cookie_is_read_from_its_authority_file_and_found_on_a_command_line(
     tmp_path: Path, ssh_target: SshTarget, watcher: Watcher
 ) -> None:
