@@ -385,6 +385,8 @@ def test_freezing_the_workers_agent_fails_its_session_with_worker_disconnected(
     assert (shown["status"], shown["reason"]) == ("failed", "Worker disconnected")
 
 
+# Chromium drawing a desktop beside three platforms missed its 60 s wait (CI, parallel).
+@pytest.mark.serial
 def test_a_user_launches_a_desktop_from_the_sessions_page_and_opens_it(
     session_platform: Platform, pw: Any, chromium: Any
 ) -> None:
