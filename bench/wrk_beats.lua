@@ -5,6 +5,8 @@
 -- Thread n of the second argument's count takes lines n, n + count, ...: no two threads send
 -- the same beat. A thread that used up its share would start over, and the server refuse the
 -- replays; bench/heartbeats.py prepares more than a run can send and checks it.
+-- A third argument "close" asks for the connection's end with each answer (wrk then opens a new
+-- one for the next beat), as the agents send them: one connection per beat.
 local thread_count = 0
 local requests = {}
 local count = 0
@@ -17,16 +19,18 @@ end
 
 function init(args)
   local threads = tonumber(args[2])
+  local headers = {["Content-Type"] = "application/json"}
+  if args[3] == "close" then
+    headers["Connection"] = "close"
+  end
   local line_number = 0
   for line in io.lines(args[1]) do
     if line_number % threads == thread_number then
       local id, authorization, body = line:match("^(%S+)\t([^\t]+)\t(.+)$")
       if id then
         count = count + 1
-        requests[count] = wrk.format("POST", "/agent/v1/heartbeat", {
-          ["Content-Type"] = "application/json",
-          ["Authorization"] = authorization,
-        }, body)
+        headers["Authorization"] = authorization
+        requests[count] = wrk.format("POST", "/agent/v1/heartbeat", headers, body)
       end
     end
     line_number = line_number + 1

@@ -1,8 +1,9 @@
 """HAProxy (Debian's package) in front of several hosts' web and agents' servers on loopback,
-configured as docker/haproxy.cfg is: health-checked backends, a request that cannot reach its
-server sent to another (redispatch), WebSockets tunnelled. A client may pin its connection to
-one host with the X-Activate-Host header (drills: a terminal on the host about to be lost);
-HAProxy ignores the pin while that host is down."""
+run on docker/haproxy.cfg itself: its timeouts, health checks (every 5 s, down after two
+failures), retries and redispatch, with only the addresses changed (loopback ports for its
+binds and servers, no Compose DNS). A client may pin its connection to one host with the
+X-Activate-Host header (drills: a terminal on the host about to be lost); HAProxy ignores the pin
+while that host is down."""
 
 from __future__ import annotations
 
@@ -13,15 +14,14 @@ from pathlib import Path
 
 import httpx
 
-from harness import HarnessError
+from harness import REPO, HarnessError
 from harness.platform import free_port
 from harness.waiting import wait_until
 
 PIN_HEADER = "X-Activate-Host"
-# Health checks every CHECK_MS, a server down after FALL failed ones: a dead host leaves the
-# rotation within about a second; until then retries redispatch its requests.
-CHECK_MS = 300
-FALL = 2
+SHIPPED = REPO / "docker" / "haproxy.cfg"
+# What only Compose has: its DNS for the servers' names.
+COMPOSE_ONLY = ("resolvers docker", "init-addr libc,none")
 
 
 @dataclass
@@ -48,52 +48,43 @@ class Balancer:
         return f"http://127.0.0.1:{self.agents_port}"
 
     def config(self) -> str:
-        def servers(port_of: str, check_path: str) -> list[str]:
-            lines = [
-                f"  option httpchk\n  http-check send meth GET uri {check_path} ver HTTP/1.1 "
-                "hdr Host 127.0.0.1\n  http-check expect status 200"
-            ]
-            for backend in self.backends:
-                port = getattr(backend, port_of)
-                lines.append(
-                    f"  server {backend.name} 127.0.0.1:{port} check inter {CHECK_MS} "
-                    f"fall {FALL} rise 2"
-                )
-            return lines
+        """docker/haproxy.cfg with this balancer's ports and backends, and the pins."""
+        ports = {"web": self.web_port, "agents": self.agents_port}
+        lines: list[str] = []
+        section: list[str] = []
 
-        pins = [
-            f"  use-server {b.name} if {{ req.hdr({PIN_HEADER}) -m str {b.name} }}"
-            for b in self.backends
-        ]
-        return "\n".join(
-            [
-                "global",
-                "  maxconn 4096",
-                "defaults",
-                "  mode http",
-                "  timeout connect 1s",
-                "  timeout client 60s",
-                "  timeout server 60s",
-                "  timeout tunnel 1h",
-                "  retries 3",
-                "  option redispatch 1",
-                "  option forwardfor",
-                "frontend web",
-                f"  bind 127.0.0.1:{self.web_port}",
-                "  default_backend web",
-                "frontend agents",
-                f"  bind 127.0.0.1:{self.agents_port}",
-                "  default_backend agents",
-                "backend web",
-                "  balance leastconn",
-                *pins,
-                *servers("web_port", "/health/"),
-                "backend agents",
-                "  balance roundrobin",
-                *servers("agents_port", "/agent/v1/ping"),
-                "",
-            ]
-        )
+        def end_section() -> None:
+            if section and section[0] == "backend":
+                port_of = "web_port" if section[1] == "web" else "agents_port"
+                lines.extend(
+                    f"    server {b.name} 127.0.0.1:{getattr(b, port_of)}" for b in self.backends
+                )
+
+        for raw in SHIPPED.read_text().splitlines():
+            line = raw.split("#", 1)[0].rstrip()
+            if not line:
+                continue
+            if not line[0].isspace():
+                end_section()
+                section = line.split()
+                if section[0] != "resolvers":
+                    lines.append(line)
+                if section == ["backend", "web"]:
+                    lines.extend(
+                        f"    use-server {b.name} if {{ req.hdr({PIN_HEADER}) -m str {b.name} }}"
+                        for b in self.backends
+                    )
+                continue
+            words = line.split()
+            if section[0] == "resolvers" or words[0] == "server":
+                continue
+            if words[0] == "bind":
+                line = f"    bind 127.0.0.1:{ports[section[1]]}"
+            for part in COMPOSE_ONLY:
+                line = line.replace(" " + part, "")
+            lines.append(line)
+        end_section()
+        return "\n".join([*lines, ""])
 
     def start(self) -> None:
         haproxy = shutil.which("haproxy")

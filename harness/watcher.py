@@ -34,6 +34,19 @@ AUTHORITY_FILES = (
     "/tmp/activate-session-*/Xauthority",  # noqa: S108 - read, as root, where launchers write
     "/tmp/*/activate-session-*/Xauthority",  # noqa: S108 - likewise
 )
+
+
+def authority_files() -> list[Path]:
+    """Every desktop's Xauthority now. A folder that goes while the glob reads it (a session's
+    end, Chromium's temporary profile) ends that pattern's look for this time: the next look
+    is 0.2 s later."""
+    found: list[Path] = []
+    for pattern in AUTHORITY_FILES:
+        with suppress(OSError):
+            found += Path("/").glob(pattern.lstrip("/"))
+    return found
+
+
 # Shorter values could turn up by chance in someone's command line.
 SHORTEST_SECRET = 12
 TOKEN = re.compile(r"[A-Za-z0-9_\-]{16,}")
@@ -199,10 +212,8 @@ class Watcher:
             self.process.wait()
 
     def _scan_x_cookies(self) -> None:
-        root = Path("/")
         while not self._stop.wait(0.2):
-            paths = [p for pattern in AUTHORITY_FILES for p in root.glob(pattern.lstrip("/"))]
-            for cookie in x_cookies(paths):
+            for cookie in x_cookies(authority_files()):
                 self.book.add(cookie, "an X cookie")
 
     def mark(self) -> int:

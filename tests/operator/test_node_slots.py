@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from harness.waiting import wait_for
 from sessions_app.node import activate_session
 from tests.operator.test_relay_script import Upstream, exchange, start_relay, status_of
 from workers_app.node import activate_relay
@@ -38,12 +39,15 @@ def uid_of(user: str) -> int:
 
 # Connects COUNT times to host:port as its own user, says "OPEN", then holds them until stdin
 # closes, sending nothing.
+# Each line on stdin asks how many of the held connections the server has let go of (closed, or
+# answered before closing); the end of stdin lets them all go.
 CONNECT_AND_HOLD = """
-    import socket, sys
+    import select, socket, sys
     host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     held = [socket.create_connection((host, port), timeout=5) for _ in range(count)]
     print("OPEN", flush=True)
-    sys.stdin.read()
+    for line in sys.stdin:
+        print(len(select.select(held, [], [], 0)[0]), flush=True)
 """
 
 
@@ -71,6 +75,13 @@ def neighbour_connects(host: str, port: int, count: int = 1) -> subprocess.Popen
     line = process.stdout.readline().strip()
     assert line == "OPEN", process.stderr.read() if process.stderr else line
     return process
+
+
+def let_go_of_by_server(process: subprocess.Popen[str]) -> int:
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("?\n")
+    process.stdin.flush()
+    return int(process.stdout.readline())
 
 
 def let_go(process: subprocess.Popen[str]) -> None:
@@ -221,8 +232,11 @@ def test_the_gate_ends_a_handshake_trickling_past_its_deadline(
 
 
 def test_the_owner_gets_through_the_gate_past_a_neighbour_holding_every_slot(
-    gate: activate_session.Gate,
+    gate: activate_session.Gate, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Held slots last the handshake's 5 s: an owner queued behind them would wait that long,
+    # far above the bound below even on a loaded machine (1.0 s seen beside a parallel run).
+    monkeypatch.setattr(activate_session, "GATE_HANDSHAKE_WITHIN", 5.0)
     # Given: the neighbour holds far more unproven connections than the gate keeps in all.
     neighbour = neighbour_connects("127.0.0.1", gate.port, 100)
     try:
@@ -233,7 +247,7 @@ def test_the_owner_gets_through_the_gate_past_a_neighbour_holding_every_slot(
         conn = gate_client(gate.port, gate.key, "http")
         conn.sendall(b"hello")
         assert conn.recv(64) == b"hello"
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 2.5
         conn.close()
     finally:
         let_go(neighbour)
@@ -245,12 +259,17 @@ def test_the_relay_passes_calls_past_a_neighbour_holding_every_slot_and_reports_
     tmp_path: Path, upstream: Upstream
 ) -> None:
     relay = start_relay(tmp_path, upstream.port)
+    evicted = 3 * activate_relay.MAX_UNREAD - activate_relay.MAX_UNREAD_PER_PEER
     try:
         neighbour = neighbour_connects("127.0.0.1", relay.port, 3 * activate_relay.MAX_UNREAD)
         try:
             started = time.monotonic()
             answer = exchange(relay, b"GET /agent/v1/ping HTTP/1.1\r\nHost: x\r\n\r\n")
             took = time.monotonic() - started
+            # Every connection of the neighbour's beyond its share is evicted once the relay has
+            # taken them all in, before or after the owner's call (367 of 368 counted once, when
+            # they were let go first).
+            wait_for(lambda: let_go_of_by_server(neighbour) >= evicted, timeout=10)
         finally:
             let_go(neighbour)
         assert status_of(answer) == 200 and took < 0.5, (answer[:80], took)
@@ -263,7 +282,6 @@ def test_the_relay_passes_calls_past_a_neighbour_holding_every_slot_and_reports_
     shed = [line for line in err.decode().splitlines() if "shed=" in line]
     assert shed, err.decode()
     total = int(shed[-1].split("shed=")[1].split()[0])
-    evicted = 3 * activate_relay.MAX_UNREAD - activate_relay.MAX_UNREAD_PER_PEER
     assert total == evicted and f"evicted {evicted}" in shed[-1], shed[-1]
 
 

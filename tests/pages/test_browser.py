@@ -6,7 +6,6 @@ Screenshots of every page go to data/screenshots/ (the run prints where); look a
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -22,23 +21,13 @@ from harness import REPO
 from harness.cluster import SshTarget
 from harness.platform import Platform
 from harness.waiting import wait_for
+from tests.browser import CHROMIUM, launched_chromium, log_in
 from tests.factories import ClusterFactory, WorkerFactory
 from tests.pages.conftest import SCREENSHOTS_TAKEN
 from workers_app.models import Environment, EnvironmentField, Worker
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOTS = REPO / "data" / "screenshots"
 PASSWORD = "pw-browser-123"
 
@@ -145,29 +134,13 @@ class Browser:
         self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=full_page)
 
     def log_in(self, username: str) -> None:
-        self.page.goto(self.base + "/")
-        self.page.fill("#id_username", username)
-        self.page.fill("#id_password", PASSWORD)
-        self.page.click("button:has-text('Log in')")
-        self.page.wait_for_url(self.base + "/workers/")
+        log_in(self.page, self.base, username, PASSWORD, start="/")
 
 
 @pytest.fixture
 def chromium(chromium_installed: str) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API keeps an event loop in this thread; the ORM calls in between are
-    # plain synchronous calls all the same.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=chromium_installed, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
-    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    with launched_chromium() as browser:
+        yield browser
 
 
 def on_screen(screen: Any) -> str:

@@ -8,7 +8,6 @@ processes."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +18,9 @@ import pytest
 from django.contrib.auth.models import User
 
 from harness.platform import Platform, free_port
+from tests.browser import launched_chromium
+from tests.browser import logged_in_page as browser_page
 from tests.sessions.test_sessions_e2e import (  # noqa: F401 - fixtures, found by pytest here
-    CHROMIUM,
     PASSWORD,
     alice,
     created,
@@ -36,17 +36,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.live]
 # One registrable domain (example.test): one site, the platform's origin and each session's.
 PLATFORM_HOST = "activate.example.test"
 SESSION_DOMAIN = "sessions.example.test"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    f"--host-resolver-rules=MAP {PLATFORM_HOST} 127.0.0.1, MAP *.{SESSION_DOMAIN} 127.0.0.1",
-]
+HOST_RULES = (
+    f"--host-resolver-rules=MAP {PLATFORM_HOST} 127.0.0.1, MAP *.{SESSION_DOMAIN} 127.0.0.1"
+)
 
 # What a session's page could try against the platform it was opened from.
 PROBE = """async ({platform, terminals}) => {
@@ -133,28 +125,12 @@ def session_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platfor
 
 @pytest.fixture
 def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
-    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    with launched_chromium(HOST_RULES) as browser:
+        yield browser
 
 
 def logged_in_page(chromium: Any, site: str, username: str) -> Any:
-    page = chromium.new_context(viewport={"width": 1280, "height": 860}).new_page()
-    page.goto(site + "/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
-    page.wait_for_url(site + "/workers/")
-    return page
+    return browser_page(chromium, site, username, PASSWORD)
 
 
 def test_a_session_opens_on_its_own_origin_where_its_page_gets_nothing_of_the_platform(

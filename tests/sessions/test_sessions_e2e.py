@@ -27,14 +27,14 @@ from harness.cluster import SshTarget
 from harness.platform import Platform
 from harness.waiting import wait_for
 from sessions_app.models import Session
+from tests.browser import launched_chromium
+from tests.browser import logged_in_page as browser_page
 from tests.e2e.conftest import compute_environment, on_every_scheduler, pw_runner
 from workers_app.models import ApiKey, Environment, Worker
 from workers_app.statuses import LIVE
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 SCREENSHOTS = REPO / "data" / "screenshots" / "sessions"
 PASSWORD = "pw-sessions-123"
 
@@ -89,28 +89,12 @@ def pw(
 
 @pytest.fixture
 def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
-    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    with launched_chromium() as browser:
+        yield browser
 
 
 def logged_in_page(chromium: Any, platform: Platform, username: str) -> Any:
-    page = chromium.new_context(viewport={"width": 1280, "height": 860}).new_page()
-    page.goto(platform.url + "/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button:has-text('Log in')")
-    page.wait_for_url(platform.url + "/workers/")
-    return page
+    return browser_page(chromium, platform.url, username, PASSWORD)
 
 
 def shot(page: Any, name: str) -> Path:
