@@ -58,8 +58,33 @@ PRODUCTION_KNOBS = {
 # and drills push it out of the way so that they show the direct paths (cancel on delete,
 # adoption on retry) holding on their own, not the net catching what they dropped.
 NO_RECONCILE = {"ACTIVATE_RECONCILE_INTERVAL": "86400"}
-# scripts/start.sh web's processes unless ACTIVATE_WEB_WORKERS says otherwise.
-SHIPPED_WEB_WORKERS = 2
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How many processes each server runs and how many tasks each Celery worker takes at once."""
+
+    web_workers: int
+    agent_workers: int
+    celery_concurrency: int
+    sweeper_concurrency: int
+
+    def knobs(self) -> dict[str, str]:
+        return {
+            "ACTIVATE_WEB_WORKERS": str(self.web_workers),
+            "ACTIVATE_AGENT_WORKERS": str(self.agent_workers),
+            "ACTIVATE_CELERY_CONCURRENCY": str(self.celery_concurrency),
+            "ACTIVATE_SWEEPER_CONCURRENCY": str(self.sweeper_concurrency),
+        }
+
+
+# scripts/start.sh's numbers: benchmarks, drills and the tests that are about them.
+SHIPPED = Shape(web_workers=2, agent_workers=2, celery_concurrency=4, sweeper_concurrency=2)
+# One process a server and small pools: the same code paths at about half a start's CPU (a
+# platform started about 14 CPU-seconds shipped, 6.6 slim), which the tests' many platforms on
+# two cores wait on. tests/conftest.py makes it their default.
+SLIM = Shape(web_workers=1, agent_workers=1, celery_concurrency=2, sweeper_concurrency=1)
+DEFAULT_SHAPE = SHIPPED
 READY_WITHIN = 90.0
 
 
@@ -85,13 +110,13 @@ def started_processes() -> list[str]:
 def settings_said(environ: dict[str, str]) -> str:
     """The settings module, and each knob that differs from the README's defaults."""
     module = environ.get("DJANGO_SETTINGS_MODULE", "activate.settings.dev").rsplit(".", 1)[-1]
+    shipped = {**PRODUCTION_KNOBS, **SHIPPED.knobs()}
     changed = [
-        f"{name}={environ[name]}"
-        + (f" (shipped {PRODUCTION_KNOBS[name]})" if name in PRODUCTION_KNOBS else "")
+        f"{name}={environ[name]}" + (f" (shipped {shipped[name]})" if name in shipped else "")
         for name in sorted(environ)
         if name.startswith("ACTIVATE_")
         and name not in PLACES
-        and environ[name] != PRODUCTION_KNOBS.get(name)
+        and environ[name] != shipped.get(name)
     ]
     said = f"{module} settings{MODULES.get(module, '')}"
     return said + (f", {', '.join(changed)}" if changed else "")
@@ -147,6 +172,7 @@ class Platform:
     # addresses in front of several hosts (harness/balancer.py).
     public_url: str = ""
     agents_url: str = ""
+    shape: Shape = field(default_factory=lambda: DEFAULT_SHAPE)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # While start_all spawns: the readiness checks it then waits for together.
     _pending_ready: list[tuple[Callable[[], object], str]] | None = field(default=None, repr=False)
@@ -163,6 +189,7 @@ class Platform:
     def env(self) -> dict[str, str]:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("ACTIVATE_")}
         environ.update(FAST_KNOBS)
+        environ.update(self.shape.knobs())
         # The processes' metrics meet in the run's own directory, not the checkout's data/.
         environ["PROMETHEUS_MULTIPROC_DIR"] = str(self.workdir / "metrics")
         environ.update(self.knobs)
@@ -197,7 +224,7 @@ class Platform:
         """
         if self.web_as_shipped:
             return self.start_deployed_web(name=name, workers=workers, production=False)
-        workers = workers or SHIPPED_WEB_WORKERS
+        workers = workers or self.shape.web_workers
         argv = [str(BIN / "uvicorn"), "activate.asgi:application", "--host", "127.0.0.1"]
         argv += ["--port", str(self.port), "--workers", str(workers), "--lifespan", "off"]
         how = (

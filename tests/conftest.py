@@ -12,10 +12,29 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 
 from harness import HarnessError, cells
+from harness import platform as harness_platform
 from harness.cluster import SshTarget
 from tests.watched import _neighbour_watch, neighbour_watcher, pytest_runtest_call  # noqa: F401
 from workers_app.models import Cluster
 from workers_app.redis_connection import redis_client
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The suite starts some seventy platforms on two cores: slim ones unless a test asks for
+    # scripts/start.sh's numbers (harness/platform.py).
+    harness_platform.DEFAULT_SHAPE = harness_platform.SLIM
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests of real processes first, then those of the real cluster, then the rest, each in
+    the order they had (pytest-django's, whose sort runs before this one): xdist hands out tests in this order, so the minute-long ones start
+    early and the run ends on quick ones instead of waiting on a wall time begun last."""
+    items.sort(
+        key=lambda item: (
+            0 if item.get_closest_marker("live") else 1 if item.get_closest_marker("slurm") else 2
+        )
+    )
 
 
 @pytest.fixture(scope="session")

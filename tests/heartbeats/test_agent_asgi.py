@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -27,9 +28,9 @@ S = WorkerStatus
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def platform(tmp_path: Path) -> Iterator[Platform]:
-    platform = Platform(workdir=tmp_path)
+@contextmanager
+def agents_server(workdir: Path) -> Iterator[Platform]:
+    platform = Platform(workdir=workdir)
     try:
         platform.start_agents()
         yield platform
@@ -37,9 +38,25 @@ def platform(tmp_path: Path) -> Iterator[Platform]:
         platform.stop_all()
 
 
+@pytest.fixture(scope="module")
+def shared_platform(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Platform]:
+    """One agents' server for the module's tests: each makes workers and keys of its own."""
+    with agents_server(tmp_path_factory.mktemp("agents")) as platform:
+        yield platform
+
+
 @pytest.fixture
-def agents(platform: Platform) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=platform.agent_url, timeout=10) as client:
+def platform(tmp_path: Path) -> Iterator[Platform]:
+    """An agents' server of the test's own, for a test that reads its access log."""
+    with agents_server(tmp_path) as platform:
+        yield platform
+
+
+@pytest.fixture
+def agents(shared_platform: Platform) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=shared_platform.agent_url, timeout=10) as client:
         yield client
 
 
@@ -197,22 +214,21 @@ def test_every_other_path_is_djangos(agents: httpx.Client) -> None:
         assert agents.get(path).status_code == 404
 
 
-def test_the_access_log_has_every_request_but_the_successful_beats(
-    platform: Platform, agents: httpx.Client
-) -> None:
-    worker, agent = worker_with_key()
-    post(agents, "connect", agent, {"worker": worker.public_id, "hostname": "node7"})
-    for _ in range(3):
-        assert post(agents, "heartbeat", agent, {"worker": worker.public_id}).status_code == 200
-    forged = SignedAgent(worker.public_id, agent.key_id, "0" * 64)
-    assert post(agents, "heartbeat", forged, {"worker": worker.public_id}).status_code == 401
+def test_the_access_log_has_every_request_but_the_successful_beats(platform: Platform) -> None:
+    with httpx.Client(base_url=platform.agent_url, timeout=10) as agents:
+        worker, agent = worker_with_key()
+        post(agents, "connect", agent, {"worker": worker.public_id, "hostname": "node7"})
+        for _ in range(3):
+            assert post(agents, "heartbeat", agent, {"worker": worker.public_id}).status_code == 200
+        forged = SignedAgent(worker.public_id, agent.key_id, "0" * 64)
+        assert post(agents, "heartbeat", forged, {"worker": worker.public_id}).status_code == 401
 
-    # The access line is written after the answer has gone, and in the order of the requests:
-    # once the last one (the 401) is there, so is every line before it.
-    refused = '"POST /agent/v1/heartbeat HTTP/1.1" 401'
-    assert poll(lambda: platform.log_count(refused), timeout=5, interval=0.05) == 1
-    assert platform.log_count('"POST /agent/v1/connect HTTP/1.1" 200') == 1
-    assert platform.log_count('"POST /agent/v1/heartbeat HTTP/1.1" 200') == 0
+        # The access line is written after the answer has gone, and in the order of the requests:
+        # once the last one (the 401) is there, so is every line before it.
+        refused = '"POST /agent/v1/heartbeat HTTP/1.1" 401'
+        assert poll(lambda: platform.log_count(refused), timeout=5, interval=0.05) == 1
+        assert platform.log_count('"POST /agent/v1/connect HTTP/1.1" 200') == 1
+        assert platform.log_count('"POST /agent/v1/heartbeat HTTP/1.1" 200') == 0
 
 
 def test_after_redis_loses_its_data_the_next_beat_finds_the_agent_again(
