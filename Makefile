@@ -48,12 +48,13 @@ typecheck: venv
 	$(BIN)/mypy --config-file cli/pyproject.toml cli/src
 
 # Most tests in PYTEST_WORKERS processes (pytest-xdist; each its own database, Redis number and
-# installation id), then those that stop what all share (sshd, slurmctld) alone. Both run
+# installation id), a file at a time in the order tests/conftest.py gives (what a module shares
+# is set up once), then those that stop what all share (sshd, slurmctld) alone. Both run
 # whatever the first said; a part with no test of PYTEST_ARGS in it (exit 5) is no failure.
 PYTEST_WORKERS ?= 3
 pytest: venv
 	@export DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL); status=0; \
-	$(BIN)/pytest -n $(PYTEST_WORKERS) -m "not serial" $(PYTEST_ARGS) || status=$$?; \
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" $(PYTEST_ARGS) || status=$$?; \
 	[ $$status -eq 5 ] && status=0; \
 	$(BIN)/pytest -m serial -p no:xdist $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
 	exit $$status

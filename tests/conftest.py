@@ -28,8 +28,10 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests of real processes first, then those of the real cluster, then the rest, each in
-    the order they had (pytest-django's, whose sort runs before this one): xdist hands out tests in this order, so the minute-long ones start
-    early and the run ends on quick ones instead of waiting on a wall time begun last."""
+    the order they had (pytest-django's, whose sort runs before this one). xdist hands out
+    files in this order (the Makefile's --dist loadfile --no-loadscope-reorder) to whichever
+    process is free: the files of minute-long tests start early and the run ends on quick
+    ones instead of waiting on a wall time begun last."""
     items.sort(
         key=lambda item: (
             0 if item.get_closest_marker("live") else 1 if item.get_closest_marker("slurm") else 2
