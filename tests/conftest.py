@@ -4,6 +4,7 @@ import os
 import sys
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +32,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the order they had (pytest-django's, whose sort runs before this one). xdist hands out
     files in this order (the Makefile's --dist loadfile --no-loadscope-reorder) to whichever
     process is free: the files of minute-long tests start early and the run ends on quick
-    ones instead of waiting on a wall time begun last."""
+    ones instead of waiting on a wall time begun last.
+
+    Items that share a node id get their own: schemathesis gives each API operation's item the
+    test's id, and xdist, which hands out files by id, ran one of 29."""
+    shared = Counter(item.nodeid for item in items)
+    for item in items:
+        if shared[item.nodeid] > 1:
+            own = f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}"
+            # pytest 9 keeps the id structured (NodeId), earlier ones as the string.
+            if hasattr(item, "_id"):
+                item._id = type(item._id).parse(own)
+            else:
+                item._nodeid = own
     items.sort(
         key=lambda item: (
             0 if item.get_closest_marker("live") else 1 if item.get_closest_marker("slurm") else 2

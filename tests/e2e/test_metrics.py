@@ -22,7 +22,7 @@ from prometheus_client.core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from websockets.sync.client import connect
 
-from harness.platform import Platform
+from harness.platform import SHIPPED, Platform
 from harness.waiting import wait_for
 from tests.metrics.scraping import samples, value
 from workers_app import services
@@ -44,7 +44,8 @@ def metrics_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def platform(transactional_db: None, tmp_path: Path, metrics_dir: Path) -> Iterator[Platform]:
     knobs = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "ACTIVATE_METRICS_TOKEN": TOKEN}
-    with Platform(workdir=tmp_path, knobs=knobs).running() as running:
+    # scripts/start.sh's numbers: each server's several processes write files of their own.
+    with Platform(workdir=tmp_path, knobs=knobs, shape=SHIPPED).running() as running:
         yield running
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.platform import PRODUCTION_KNOBS, Platform, settings_said, started_processes
+from harness.platform import (
+    PRODUCTION_KNOBS,
+    SHIPPED,
+    SLIM,
+    Platform,
+    settings_said,
+    started_processes,
+)
 
 
 def test_settings_said_names_each_knob_that_differs_from_the_shipped_one(tmp_path: Path) -> None:
@@ -18,9 +25,15 @@ def test_settings_said_names_each_knob_that_differs_from_the_shipped_one(tmp_pat
 
 
 def test_the_shipped_knobs_are_not_listed(tmp_path: Path) -> None:
-    environ = Platform(workdir=tmp_path, knobs=dict(PRODUCTION_KNOBS)).env()
+    environ = Platform(workdir=tmp_path, knobs=dict(PRODUCTION_KNOBS), shape=SHIPPED).env()
     environ["DJANGO_SETTINGS_MODULE"] = "activate.settings.prod"
     assert settings_said(environ) == "prod settings"
+
+
+def test_a_slim_platforms_processes_and_pools_are_said(tmp_path: Path) -> None:
+    said = settings_said(Platform(workdir=tmp_path, shape=SLIM).env())
+    assert "ACTIVATE_WEB_WORKERS=1 (shipped 2)" in said
+    assert "ACTIVATE_CELERY_CONCURRENCY=2 (shipped 4)" in said
 
 
 def test_what_a_run_started_is_said_once(tmp_path: Path) -> None:
