@@ -80,10 +80,12 @@ class Shape:
 
 # scripts/start.sh's numbers: benchmarks, drills and the tests that are about them.
 SHIPPED = Shape(web_workers=2, agent_workers=2, celery_concurrency=4, sweeper_concurrency=2)
-# One process a server and small pools: the same code paths at about half a start's CPU (a
-# platform started about 14 CPU-seconds shipped, 6.6 slim), which the tests' many platforms on
-# two cores wait on. tests/conftest.py makes it their default.
-SLIM = Shape(web_workers=1, agent_workers=1, celery_concurrency=2, sweeper_concurrency=1)
+# One process a server and a smaller Celery pool: the same code paths at about half a start's
+# CPU (a platform started about 14 CPU-seconds shipped, 6.6 slim), which the tests' many
+# platforms on two cores wait on. The sweeper keeps its shipped two (with one, beside four test
+# processes, an idle worker went unwarned for a minute). tests/conftest.py makes it the tests'
+# default.
+SLIM = Shape(web_workers=1, agent_workers=1, celery_concurrency=2, sweeper_concurrency=2)
 DEFAULT_SHAPE = SHIPPED
 READY_WITHIN = 90.0
 
