@@ -9,6 +9,7 @@ The processes share the database and Redis of the calling process (Django's sett
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import socket
@@ -114,7 +115,8 @@ def settings_said(environ: dict[str, str]) -> str:
     module = environ.get("DJANGO_SETTINGS_MODULE", "activate.settings.dev").rsplit(".", 1)[-1]
     shipped = {**PRODUCTION_KNOBS, **SHIPPED.knobs()}
     changed = [
-        f"{name}={environ[name]}" + (f" (shipped {shipped[name]})" if name in shipped else "")
+        (f"{name} set" if SECRET_NAME.search(name) else f"{name}={environ[name]}")
+        + (f" (shipped {shipped[name]})" if name in shipped else "")
         for name in sorted(environ)
         if name.startswith("ACTIVATE_")
         and name not in PLACES
@@ -130,6 +132,8 @@ MODULES = {
 }
 
 
+# Said as set, never with their value: records and logs are read by others.
+SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|_KEY$")
 # Where things are, not how they behave: not worth saying.
 PLACES = {
     "ACTIVATE_INSTALLATION_ID",

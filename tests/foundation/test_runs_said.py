@@ -54,3 +54,10 @@ def test_what_a_run_started_is_said_once(tmp_path: Path) -> None:
         process.wait()
     web, worker = started_processes()
     assert "ACTIVATE_EXEC_THREADS=4" in web and "ACTIVATE_EXEC_THREADS" not in worker
+
+
+def test_a_secret_setting_is_said_as_set_without_its_value(tmp_path: Path) -> None:
+    knobs = {"ACTIVATE_SECRET_KEY": "s3cret-value-of-the-run", "ACTIVATE_METRICS_TOKEN": "t0ken-v"}
+    said = settings_said(Platform(workdir=tmp_path, knobs=knobs).env())
+    assert "ACTIVATE_SECRET_KEY set" in said and "ACTIVATE_METRICS_TOKEN set" in said
+    assert "s3cret-value-of-the-run" not in said and "t0ken-v" not in said
