@@ -238,16 +238,23 @@ def _measure(
     report_every: int = 0,
     per_beat_connection: bool = False,
 ) -> Round:
-    shape = {
-        "connections": connections,
-        "threads": threads,
-        "report_every": report_every,
-        "per_beat_connection": per_beat_connection,
-    }
+    def run_wrk(seconds: float) -> dict[str, int]:
+        return _wrk(
+            wrk,
+            url,
+            agents,
+            workdir,
+            connections=connections,
+            threads=threads,
+            duration=seconds,
+            report_every=report_every,
+            per_beat_connection=per_beat_connection,
+        )
+
     # A short warm-up first: connections, caches, uvicorn's and gunicorn's workers all busy.
-    _wrk(wrk, url, agents, workdir, duration=2, **shape)
+    run_wrk(2)
     cpu_before = _group_cpu(leader)
-    answer = _wrk(wrk, url, agents, workdir, duration=duration, **shape)
+    answer = run_wrk(duration)
     server_cpu = _group_cpu(leader) - cpu_before
     measured = Round(
         server=server,
