@@ -110,6 +110,8 @@ def api_worker(platform: Platform, key: str, worker: Worker) -> dict[str, Any]:
     return dict(answer.json())
 
 
+# Serial: beside the parallel run its warning missed the test's minute (CI, 2026-12-06).
+@pytest.mark.serial
 def test_a_sleeping_worker_is_warned_kept_warned_again_and_deleted_with_its_reason(
     session_platform: Platform,
     pw: Any,
@@ -234,6 +236,8 @@ def test_a_long_transfer_through_a_session_keeps_its_worker_busy(
     print(f"\ndownload took {took:.1f} s; warned {quiet:.1f} s after it ended")
 
 
+# Serial: beside the parallel run its warning missed the test's minute (CI, 2026-12-06).
+@pytest.mark.serial
 def test_a_quiet_session_is_warned_then_ended_with_its_reason_and_its_worker_stays(
     session_platform: Platform, pw: Any, alice: User
 ) -> None:
