@@ -1,13 +1,16 @@
 """HAProxy (Debian's package) in front of several hosts' web and agents' servers on loopback,
 run on docker/haproxy.cfg itself: its timeouts, health checks (every 5 s, down after two
 failures), retries and redispatch, with only the addresses changed (loopback ports for its
-binds and servers, no Compose DNS). A client may pin its connection to one host with the
-X-Activate-Host header (drills: a terminal on the host about to be lost); HAProxy ignores the pin
-while that host is down."""
+binds and servers, no Compose DNS) and a stats socket added, from which a drill learns when a
+host started again is back in rotation (two passed checks, up to ten seconds). A client may pin
+its connection to one host with the X-Activate-Host header (drills: a terminal on the host
+about to be lost); HAProxy ignores the pin while that host is down."""
 
 from __future__ import annotations
 
+import csv
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +72,8 @@ class Balancer:
                 section = line.split()
                 if section[0] != "resolvers":
                     lines.append(line)
+                if section == ["global"]:
+                    lines.append(f"    stats socket {self.stats_socket} mode 600 level user")
                 if section == ["backend", "web"]:
                     lines.extend(
                         f"    use-server {b.name} if {{ req.hdr({PIN_HEADER}) -m str {b.name} }}"
@@ -85,6 +90,32 @@ class Balancer:
             lines.append(line)
         end_section()
         return "\n".join([*lines, ""])
+
+    @property
+    def stats_socket(self) -> Path:
+        return self.workdir / "haproxy.sock"
+
+    def servers(self) -> dict[tuple[str, str], str]:
+        """Each (backend, server)'s status as HAProxy's checks see it: UP, DOWN, "UP 1/2"..."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stats:
+            stats.settimeout(5)
+            stats.connect(str(self.stats_socket))
+            stats.sendall(b"show stat\n")
+            chunks = []
+            while chunk := stats.recv(65536):
+                chunks.append(chunk)
+        rows = csv.DictReader(b"".join(chunks).decode().lstrip("# ").splitlines())
+        return {
+            (row["pxname"], row["svname"]): row["status"]
+            for row in rows
+            if row["svname"] not in ("FRONTEND", "BACKEND")
+        }
+
+    def wait_all_up(self, timeout: float = 30) -> None:
+        """Until every server of every backend passed its checks (a pin to a host HAProxy still
+        holds down goes to another host)."""
+        if not wait_until(lambda: set(self.servers().values()) == {"UP"}, timeout=timeout):
+            raise HarnessError(f"HAProxy holds servers down: {self.servers()}")
 
     def start(self) -> None:
         haproxy = shutil.which("haproxy")
