@@ -15,6 +15,7 @@ from django.contrib.auth.models import AbstractUser
 from harness import HarnessError, cells
 from harness import platform as harness_platform
 from harness.cluster import SshTarget
+from tests.platforms import clean_redis
 from tests.watched import _neighbour_watch, neighbour_watcher, pytest_runtest_call  # noqa: F401
 from workers_app.models import Cluster
 from workers_app.redis_connection import redis_client
@@ -117,8 +118,7 @@ def other_user(db: None) -> AbstractUser:
 @pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
     """Each test starts with an empty Redis database of its own (REDIS_URL picks the number)."""
-    client = redis_client()
-    client.flushdb()
+    clean_redis(redis_client())
     yield
 
 

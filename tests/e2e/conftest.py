@@ -12,15 +12,18 @@ from django.contrib.auth.models import User
 from harness import cells
 from harness.cluster import SshTarget
 from harness.platform import Platform
+from tests.platforms import module_platform
 from workers_app import accounts
 from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField, Worker
 from workers_app.schedulers import adapter_class
 
+shared_platform = module_platform()
+
 
 @pytest.fixture
-def platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
-    with Platform(workdir=tmp_path).running() as running:
-        yield running
+def platform(transactional_db: None, shared_platform: Platform) -> Platform:
+    """The module's platform (tests/platforms.py), the test's rows its own."""
+    return shared_platform
 
 
 # Tests that prove what every scheduler must do take the ``cell`` fixture and this mark.

@@ -11,7 +11,6 @@ import pty
 import select
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from harness.platform import Platform
 from harness.waiting import wait_for
 from tests.e2e.conftest import PW, compute_environment, on_every_scheduler, pw_runner
 from tests.e2e.test_accounts import connected
+from tests.platforms import module_platform
 from workers_app.models import ApiKey, TerminalRecord, Worker
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
@@ -37,10 +37,12 @@ CLOSE_LATE = 2.5
 TERMINAL_KNOBS = {"ACTIVATE_TERMINALS_PER_USER": "3", "ACTIVATE_TERMINAL_IDLE_TIMEOUT": str(IDLE)}
 
 
+shared_terminal_platform = module_platform(knobs=TERMINAL_KNOBS)
+
+
 @pytest.fixture
-def terminal_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
-    with Platform(workdir=tmp_path, knobs=TERMINAL_KNOBS).running() as running:
-        yield running
+def terminal_platform(transactional_db: None, shared_terminal_platform: Platform) -> Platform:
+    return shared_terminal_platform
 
 
 @pytest.fixture

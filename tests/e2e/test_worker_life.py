@@ -81,25 +81,6 @@ def test_a_worker_connects_and_a_silent_node_is_stopped_within_the_heartbeat_tim
     wait_for(lambda: worker.job_name not in cell.job_names(ssh_target.user), timeout=30)
 
 
-def test_flushing_redis_stops_no_connected_worker(
-    platform: Platform,
-    environment: Environment,
-    user,
-) -> None:
-    workers = [request(environment, user) for _ in range(2)]
-    for worker in workers:
-        wait_status(worker, {S.CONNECTED}, 120, platform)
-    for _ in range(3):
-        redis_client().flushdb()  # its own database: other runs share the server
-        time.sleep(HEARTBEAT_TIMEOUT / 2)
-    time.sleep(HEARTBEAT_TIMEOUT + 2 * SWEEP_INTERVAL)
-    assert [status_of(w) for w in workers] == [S.CONNECTED, S.CONNECTED]
-    for worker in workers:
-        services.delete_worker(worker)
-    for worker in workers:
-        wait_status(worker, {S.STOPPED}, 60, platform)
-
-
 @on_every_scheduler
 def test_a_job_that_reaches_its_wall_time_shows_timeout(
     platform: Platform,

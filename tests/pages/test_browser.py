@@ -24,6 +24,7 @@ from harness.waiting import wait_for
 from tests.browser import CHROMIUM, launched_chromium, log_in
 from tests.factories import ClusterFactory, WorkerFactory
 from tests.pages.conftest import SCREENSHOTS_TAKEN
+from tests.platforms import sharing
 from workers_app.models import Environment, EnvironmentField, Worker
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
@@ -54,17 +55,21 @@ def screenshots(request: pytest.FixtureRequest) -> Path:
     return SCREENSHOTS
 
 
-@pytest.fixture
-def browser_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
+@pytest.fixture(scope="module")
+def shared_browser_platform(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Platform]:
     # The web server serves static files through WhiteNoise from STATIC_ROOT, as a deployment does.
     call_command("collectstatic", interactive=False, verbosity=0)
     # Finished workers leave the list after 5 s, so the test sees a deleted one go.
-    running = Platform(workdir=tmp_path, knobs={"ACTIVATE_PURGE_AFTER": "5"})
-    running.start_all()
-    try:
+    workdir = tmp_path_factory.mktemp("platform")
+    with sharing(Platform(workdir=workdir, knobs={"ACTIVATE_PURGE_AFTER": "5"})) as running:
         yield running
-    finally:
-        running.stop_all()
+
+
+@pytest.fixture
+def browser_platform(transactional_db: None, shared_browser_platform: Platform) -> Platform:
+    return shared_browser_platform
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from tests.sessions.test_sessions_e2e import (  # noqa: F401 - fixtures, found b
     pw,
     session_platform,
     session_tools,
+    shared_session_platform,
     shot,
     worker_of,
 )

@@ -26,6 +26,7 @@ from tests.sessions.test_sessions_e2e import (  # noqa: F401 - fixtures, found b
     session_platform,
     session_state,
     session_tools,
+    shared_session_platform,
 )
 from workers_app.models import ApiKey
 

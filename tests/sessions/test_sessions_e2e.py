@@ -30,6 +30,7 @@ from sessions_app.models import Session
 from tests.browser import launched_chromium
 from tests.browser import logged_in_page as browser_page
 from tests.e2e.conftest import compute_environment, on_every_scheduler, pw_runner
+from tests.platforms import module_platform
 from workers_app.models import ApiKey, Environment, Worker
 from workers_app.statuses import LIVE
 
@@ -49,10 +50,12 @@ def session_tools() -> None:
         pytest.fail(f"scripts/session-tools.sh failed:\n{result.stderr[-3000:]}")
 
 
+shared_session_platform = module_platform()
+
+
 @pytest.fixture
-def session_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
-    with Platform(workdir=tmp_path).running() as running:
-        yield running
+def session_platform(transactional_db: None, shared_session_platform: Platform) -> Platform:
+    return shared_session_platform
 
 
 @pytest.fixture
