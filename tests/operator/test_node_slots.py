@@ -272,7 +272,12 @@ def test_the_relay_passes_calls_past_a_neighbour_holding_every_slot_and_reports_
             wait_for(lambda: let_go_of_by_server(neighbour) >= evicted, timeout=10)
         finally:
             let_go(neighbour)
-        assert status_of(answer) == 200 and took < 0.5, (answer[:80], took)
+        # Without shedding the call waits for a held slot to time out (REQUEST_WITHIN, 5 s);
+        # taking in the flood first costs the relay 0.66 s on this machine alone.
+        assert status_of(answer) == 200 and took < activate_relay.REQUEST_WITHIN / 2.5, (
+            answer[:80],
+            took,
+        )
         time.sleep(2 * activate_relay.SHED_REPORT_EVERY)  # its last report, at most a second on
     finally:
         relay.process.kill()
