@@ -79,6 +79,36 @@ def find(*names: str) -> Optional[str]:
     return None
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _libc() -> Any:
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True)
+    except (ImportError, OSError):
+        return None
+
+
+LIBC = _libc()
+
+
+def _ending_with(parent: int) -> Any:
+    """Run in the child before it starts its program: it is killed when the launcher dies, even
+    by SIGKILL. A scheduler that ends a job by its process group (Grid Engine) does not reach
+    programs in sessions of their own, and without this they would outlive the job."""
+    if LIBC is None or not sys.platform.startswith("linux"):
+        return None
+
+    def preexec() -> None:
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died before the line above
+            os._exit(1)
+
+    return preexec
+
+
 class Launcher:
     """What a starter gets: a private work folder and log, and the session's processes."""
 
@@ -126,6 +156,7 @@ class Launcher:
                 start_new_session=True,
                 close_fds=True,
                 env=env,
+                preexec_fn=_ending_with(os.getpid()),
                 **kwargs,
             )
         except OSError as exc:

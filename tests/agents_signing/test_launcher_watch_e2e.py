@@ -24,7 +24,7 @@ from harness.waiting import wait_for
 from sessions_app.models import Session
 from sessions_app.services import REASON_PROGRAM_ENDED
 from tests.e2e.conftest import pw_runner
-from tests.sessions.test_session_neighbours import descendants
+from tests.processes import descendants
 from workers_app.models import Environment, EnvironmentField, Worker
 from workers_app.statuses import LIVE
 

@@ -23,10 +23,10 @@ from websockets.sync.client import ClientConnection, connect
 
 from harness.cluster import SshTarget
 from harness.platform import Platform
+from tests.processes import args_of, descendants
 from tests.sessions.listener_audit import report, unexpected
 from tests.sessions.listener_audit import tcp_listeners as owners_listeners
 from tests.sessions.test_jupyter_neighbour import argument, running_jupyter, unix_connect
-from tests.sessions.test_session_neighbours import args_of, descendants
 from tests.sessions.test_sessions_e2e import (  # noqa: F401 - fixtures, found by pytest here
     alice,
     created,

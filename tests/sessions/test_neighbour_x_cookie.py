@@ -20,8 +20,8 @@ from django.contrib.auth.models import User
 from harness.cluster import SshTarget
 from harness.platform import Platform
 from harness.watcher import x_cookies
+from tests.processes import args_of, descendants
 from tests.sessions.test_jupyter_neighbour import NODE_PYTHON
-from tests.sessions.test_session_neighbours import args_of, descendants
 from tests.sessions.test_sessions_e2e import (  # noqa: F401 - fixtures, found by pytest here
     alice,
     created,

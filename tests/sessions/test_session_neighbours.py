@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +15,7 @@ from django.contrib.auth.models import User
 
 from harness.cluster import SshTarget
 from harness.platform import Platform
+from tests.processes import args_of, descendants
 from tests.sessions.test_jupyter_neighbour import as_user, plain_http, unix_connect
 from tests.sessions.test_sessions_e2e import (  # noqa: F401 - fixtures, found by pytest here
     alice,
@@ -32,28 +32,6 @@ from workers_app.models import ApiKey
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 # An X11 connection setup with no authorization (little-endian, protocol 11.0).
 X11_SETUP = b"l\x00\x0b\x00\x00\x00\x00\x00\x00\x00\x00\x00"
-
-
-def args_of(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (its programs and theirs)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found += children
-        todo += children
-    return found
 
 
 def tcp_listeners(pids: list[int]) -> set[int]:

@@ -39,6 +39,10 @@ def call(
         communicator = ApplicationCommunicator(application, scope)
         await communicator.send_input({"type": "http.request", "body": b""})
         start = await communicator.receive_output(10)
+        # The whole body, so the application's threads are not left sending into a closed loop.
+        body = start
+        while body["type"] != "http.response.body" or body.get("more_body"):
+            body = await communicator.receive_output(10)
         cookies = [v for k, v in start["headers"] if k.lower() == b"set-cookie"]
         return start["status"], {k.lower(): v for k, v in start["headers"]}, cookies
 

@@ -25,12 +25,13 @@ from harness.agents import freeze_agent, thaw
 from harness.cells import Cell
 from harness.cluster import SshTarget
 from harness.platform import Platform
-from harness.waiting import wait_for
+from harness.waiting import wait_for, wait_until
 from sessions_app.models import Session
 from tests.browser import launched_chromium
 from tests.browser import logged_in_page as browser_page
 from tests.e2e.conftest import compute_environment, on_every_scheduler, pw_runner
 from tests.platforms import module_platform
+from tests.processes import descendants, identities, still_running
 from workers_app.models import ApiKey, Environment, Worker
 from workers_app.statuses import LIVE
 
@@ -85,9 +86,17 @@ def pw(
     )
     assert connect_account.returncode == 0, connect_account.stderr
     yield run
-    # No job of the test's outlives it (the platform stops after this).
+    # No job of the test's outlives it (the platform stops after this), and no program of a
+    # session outlives its job: a scheduler that kills only the job's process group leaves
+    # programs in sessions of their own running (Grid Engine did, for a desktop).
+    programs = set()
+    for session in Session.objects.filter(owner=alice, node_pid__isnull=False):
+        launcher = session.node_pid or 0
+        programs |= identities([launcher, *descendants(launcher)])
     for worker in Worker.objects.filter(owner=alice, status__in=LIVE):
         run("workers", "delete", worker.public_id, "--wait")
+    wait_until(lambda: not still_running(programs), timeout=30)
+    assert not still_running(programs), "programs outlived their job"
 
 
 @pytest.fixture
