@@ -16,6 +16,7 @@ foreground, and when any of the session's essential programs ends, or it gets SI
 SIGHUP, it ends them all.
 """
 
+import ctypes
 import errno
 import hashlib
 import hmac
@@ -84,10 +85,8 @@ PR_SET_PDEATHSIG = 1
 
 def _libc() -> Any:
     try:
-        import ctypes
-
         return ctypes.CDLL(None, use_errno=True)
-    except (ImportError, OSError):
+    except OSError:
         return None
 
 

@@ -147,8 +147,11 @@ while kill -0 -"$pg" 2>/dev/null; do
   if [ "$i" -gt $((kill_after * 10)) ]; then kill -KILL -"$pg" 2>/dev/null || true; break; fi
   sleep 0.1
 done
+w=$(cat "$d/wrapper" 2>/dev/null || true)
 i=0
-until [ -f "$d/exit" ] || [ "$i" -gt 40 ]; do i=$((i + 1)); sleep 0.05; done
+while [ -n "$w" ] && kill -0 "$w" 2>/dev/null && [ "$i" -lt $((kill_after * 10)) ]; do
+  i=$((i + 1)); sleep 0.1
+done
 """
 
 
