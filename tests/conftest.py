@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
+from django.core.management import call_command
 
 from harness import HarnessError, cells
 from harness import platform as harness_platform
@@ -25,6 +26,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # The suite starts some seventy platforms on two cores: slim ones unless a test asks for
     # scripts/start.sh's numbers (harness/platform.py).
     harness_platform.DEFAULT_SHAPE = harness_platform.SLIM
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Platforms serve the pages' scripts and styles through WhiteNoise from STATIC_ROOT, as a
+    # deployment does: collected once, before any xdist process starts one (a page without
+    # htmx never refreshes, and a test of it waits out its time).
+    if not hasattr(session.config, "workerinput"):
+        call_command("collectstatic", interactive=False, verbosity=0)
 
 
 @pytest.hookimpl(trylast=True)

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 
 from harness import REPO
 from harness.cluster import SshTarget
@@ -59,8 +58,6 @@ def screenshots(request: pytest.FixtureRequest) -> Path:
 def shared_browser_platform(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Platform]:
-    # The web server serves static files through WhiteNoise from STATIC_ROOT, as a deployment does.
-    call_command("collectstatic", interactive=False, verbosity=0)
     # Finished workers leave the list after 5 s, so the test sees a deleted one go.
     workdir = tmp_path_factory.mktemp("platform")
     with sharing(Platform(workdir=workdir, knobs={"ACTIVATE_PURGE_AFTER": "5"})) as running:

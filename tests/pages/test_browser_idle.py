@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from harness.platform import Platform
 from harness.waiting import wait_for
@@ -40,7 +39,6 @@ IDLE_KNOBS = {
 
 @pytest.fixture
 def idle_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
-    call_command("collectstatic", interactive=False, verbosity=0)
     running = Platform(workdir=tmp_path, knobs=IDLE_KNOBS)
     running.start_all()
     try:
