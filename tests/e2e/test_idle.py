@@ -24,6 +24,7 @@ from harness.waiting import wait_for
 from sessions_app.models import Session
 from tests.e2e.conftest import PW
 from tests.e2e.test_terminal import pw_env, read_until
+from tests.platforms import module_platform
 from tests.sessions.test_sessions_e2e import (  # noqa: F401 - fixtures, found by pytest here
     alice,
     created,
@@ -56,10 +57,13 @@ NODE_NEVER_BUSY = {**IDLE_KNOBS, "ACTIVATE_IDLE_CPU": "1000", "ACTIVATE_IDLE_IO"
 SWEEP_LATE = 3.0
 
 
+# Shared by the serial tests, which run one after another.
+shared_idle_platform = module_platform(knobs=IDLE_KNOBS)
+
+
 @pytest.fixture
-def session_platform(transactional_db: None, tmp_path: Path) -> Iterator[Platform]:
-    with Platform(workdir=tmp_path, knobs=IDLE_KNOBS).running() as running:
-        yield running
+def session_platform(transactional_db: None, shared_idle_platform: Platform) -> Platform:
+    return shared_idle_platform
 
 
 @pytest.fixture
@@ -176,8 +180,8 @@ def test_a_cpu_loop_and_an_open_terminal_are_not_idle(
     shell = Terminal(env, watched)
     shell.run("echo open-$((6*7))", until="open-42")
     try:
-        # When: three times the policy goes by.
-        deadline = time.monotonic() + 3 * 12
+        # When: twice the policy goes by (a warning would come 8 s into it).
+        deadline = time.monotonic() + 2 * 12
         while time.monotonic() < deadline:
             # Then: neither is ever warned nor deleted, nor shown idle.
             for what, worker in {"cpu loop": looping, "open terminal": watched}.items():

@@ -141,8 +141,8 @@ def test_a_failed_poll_changes_no_worker(
     events = worker.events.count()
     subprocess.run(["bash", "scripts/testcluster.sh", "stop-slurmctld"], check=True, timeout=60)
     try:
-        for _ in range(2):
-            assert jobs.poll_cluster(environment.cluster_id) == 0
+        # squeue gives up on the controller after some 9 s.
+        assert jobs.poll_cluster(environment.cluster_id) == 0
         worker.refresh_from_db()
         assert worker.status == S.QUEUED
         assert worker.events.count() == events

@@ -93,8 +93,13 @@ def pw(
     for session in Session.objects.filter(owner=alice, node_pid__isnull=False):
         launcher = session.node_pid or 0
         programs |= identities([launcher, *descendants(launcher)])
-    for worker in Worker.objects.filter(owner=alice, status__in=LIVE):
-        run("workers", "delete", worker.public_id, "--wait")
+    # Deleted all at once, then waited for together: their jobs end side by side.
+    doomed = list(Worker.objects.filter(owner=alice, status__in=LIVE))
+    for worker in doomed:
+        deleted = run("workers", "delete", worker.public_id)
+        assert deleted.returncode == 0, deleted.stderr
+    ended = Worker.objects.filter(pk__in=[w.pk for w in doomed]).exclude(status__in=LIVE)
+    wait_for(lambda: ended.count() == len(doomed), timeout=120)
     wait_until(lambda: not still_running(programs), timeout=30)
     assert not still_running(programs), "programs outlived their job"
 
