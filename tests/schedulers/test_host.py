@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from harness.waiting import wait_until
 from tests.schedulers.conftest import FakeRunner, failed, has_ended, is_running, ok, wait_for
 from workers_app.schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
 from workers_app.schedulers.host import HostAdapter, parse_header, parse_listing
@@ -206,3 +209,32 @@ def test_cancel_of_an_unknown_or_ended_job_is_not_an_error(host: HostAdapter) ->
     host.cancel("nosuchjob")
     assert host.query(["nosuchjob"]).jobs == {}
     assert host.final_state("nosuchjob") is None
+
+
+@pytest.mark.slurm
+def test_a_neighbours_process_on_the_wrappers_old_pid_neither_holds_a_cancel_nor_is_killed(
+    host: HostAdapter, ssh: SSHConnection, started: list[str], unique: str
+) -> None:
+    # Given: a running job whose wrapper's pid now names a process of pwbob's (a pid reused).
+    job_id = host.submit(job(unique + "reused", "00:10:00", "sleep 300"))
+    started.append(job_id)
+    bob = subprocess.Popen(["runuser", "-u", "pwbob", "--", "sleep", "60"])
+    try:
+        assert wait_until(
+            lambda: subprocess.run(["pgrep", "-u", "pwbob", "-x", "sleep"]).returncode == 0,
+            timeout=10,
+        )
+        bobs = subprocess.run(
+            ["pgrep", "-n", "-u", "pwbob", "-x", "sleep"], capture_output=True, text=True
+        ).stdout.strip()
+        ssh.run(["sh", "-c", f"echo {bobs} > .activate-jobs/{job_id}/wrapper"])
+        # When: the job is cancelled. Then: the wait for the wrapper does not wait on bob's
+        # process (kill -0 is refused across users), and bob's process lives on.
+        took = time.monotonic()
+        host.cancel(job_id)
+        took = time.monotonic() - took
+        assert took < 5, took
+        assert subprocess.run(["kill", "-0", bobs]).returncode == 0
+    finally:
+        bob.kill()
+        bob.wait()
