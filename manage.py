@@ -9,7 +9,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "activate.settings.dev")
     from django.core.management import execute_from_command_line
 
-    from activate.env import ConfigurationError
+    from core.env import ConfigurationError
 
     try:
         execute_from_command_line(sys.argv)

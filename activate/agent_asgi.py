@@ -20,7 +20,7 @@ django_application = get_asgi_application()
 # new clients. Django's advice for ASGI: no persistent connections.
 settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
 
-from workers_app.agents.asgi import AgentServer  # noqa: E402
+from agents.asgi import AgentServer  # noqa: E402
 
 application = AgentServer(django_application)
 # Django's modules and objects stay for the life of the process: out of the collector's sight,

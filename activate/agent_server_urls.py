@@ -9,5 +9,5 @@ from __future__ import annotations
 from django.urls import include, path
 
 urlpatterns = [
-    path("agent/v1/", include("workers_app.agents.urls")),
+    path("agent/v1/", include("agents.urls")),
 ]

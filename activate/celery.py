@@ -5,7 +5,7 @@ import os
 from celery import Celery
 from celery.signals import worker_ready
 
-from activate import watchdog
+from core import watchdog
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "activate.settings.dev")
 

@@ -12,13 +12,13 @@ from typing import Any
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.urls import path
 
-from sessions_app.origins import (
+from sessions_app.proxy.http_proxy import SessionHttpProxy
+from sessions_app.proxy.origins import (
     RefuseSessionOrigins,
     SessionHttpGate,
     SessionWebSocketGate,
     serves,
 )
-from sessions_app.proxy.http_proxy import SessionHttpProxy
 from sessions_app.proxy.websocket_proxy import SessionWebSocketProxy
 from workers_app.terminals.consumer import TerminalConsumer
 
@@ -39,7 +39,7 @@ EXEC_PATH = re.compile(r"^/api/workers/[^/]+/exec/?$")
 class HttpRouter:
     """Session URLs and sessions' own hosts go to the sessions' gate, on the event loop;
     commands run through the API to Django's own pool for them; everything else to Django
-    (never a session's page: sessions_app/origins.py)."""
+    (never a session's page: sessions_app/proxy/origins.py)."""
 
     def __init__(self, django_app: Any, exec_app: Any | None = None) -> None:
         self.django_app = RefuseSessionOrigins(django_app)

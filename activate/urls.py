@@ -5,14 +5,14 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from core.metrics.views import metrics
 from workers_app.health import health
-from workers_app.metrics.views import metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("health/", health, name="health"),
     path("metrics", metrics, name="metrics"),
-    path("agent/v1/", include("workers_app.agents.urls")),
+    path("agent/v1/", include("agents.urls")),
     path("api/", include("workers_app.api.urls")),
     path("api/", include("sessions_app.api.urls")),
     path("", include("workers_app.pages.urls")),

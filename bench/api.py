@@ -19,13 +19,7 @@ from pathlib import Path
 from bench.report import Goal, Outcome, Table, millis, percentile, times
 from harness import HarnessError
 from harness.cluster import SshTarget
-from harness.objects import (
-    CLUSTER_NAME,
-    HELD_ENVIRONMENT,
-    forget_workers,
-    run_user,
-    start_afresh,
-)
+from harness.objects import CLUSTER_NAME, HELD_ENVIRONMENT, forget_workers, run_user, start_afresh
 from harness.platform import NO_RECONCILE, PRODUCTION_KNOBS, Platform
 
 NAME = "api"

@@ -55,7 +55,7 @@ BARE = "plain ASGI callable, one Redis SET (reference)"
 # Seconds between writing the plan and its first beat, beyond the time signing is expected to
 # take: the generators start, read their plans and wait.
 LEAD = 2.5
-SEEN_WINDOW = 60  # workers_app.agents.service.LAST_SEEN_GRANULARITY
+SEEN_WINDOW = 60  # agents.service.LAST_SEEN_GRANULARITY
 
 
 @dataclass
@@ -99,7 +99,7 @@ def _workers(count: int, first: int, secret_key: str) -> list[Agent]:
     from django.utils import timezone
 
     from harness.objects import CLUSTER_NAME
-    from workers_app.agents.signing import issue_agent_key
+    from workers_app.agent_keys import issue_agent_key
     from workers_app.models import Cluster, Worker, WorkerEvent
     from workers_app.statuses import WorkerStatus
 
@@ -176,8 +176,8 @@ def _connect(agents: list[Agent], url: str, *, threads: int = 8) -> float:
 def _stagger_seen(agents: list[Agent], rng: random.Random) -> None:
     """Each worker's "last seen" marker with a random part of its minute left, as a server that
     has heard these agents for a while has them (the connect sets none)."""
-    from workers_app.agents.heartbeats import SEEN_PREFIX
-    from workers_app.redis_connection import redis_client
+    from agents.beats import SEEN_PREFIX
+    from core.redis_connection import redis_client
 
     pipe = redis_client().pipeline(transaction=False)
     for agent in agents:
@@ -358,7 +358,7 @@ def _phase(
 
 def _redis_memory() -> tuple[int, int]:
     """Keys in the run's Redis database and the bytes they take (MEMORY USAGE, all of them)."""
-    from workers_app.redis_connection import redis_client
+    from core.redis_connection import redis_client
 
     client = redis_client()
     keys = list(client.scan_iter(count=5000))

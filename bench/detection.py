@@ -18,13 +18,7 @@ from bench.report import Goal, Outcome, Table, percentile, seconds
 from harness import HarnessError
 from harness.agents import freeze_agent, thaw
 from harness.cluster import SshTarget
-from harness.objects import (
-    RUN_ENVIRONMENT,
-    end_run,
-    job_name,
-    run_user,
-    start_afresh,
-)
+from harness.objects import RUN_ENVIRONMENT, end_run, job_name, run_user, start_afresh
 from harness.platform import FAST_KNOBS, NO_RECONCILE, Platform
 from harness.waiting import wait_until
 
@@ -34,7 +28,7 @@ BEAT_JITTER = 0.25
 
 
 def run(target: SshTarget, *, workers: int = 5) -> Outcome:
-    from workers_app import services
+    from workers_app.actions import requests
     from workers_app.models import Worker, WorkerEvent
     from workers_app.statuses import WorkerStatus
 
@@ -54,7 +48,7 @@ def run(target: SshTarget, *, workers: int = 5) -> Outcome:
     try:
         platform.start_all()
         made = [
-            services.request_worker(owner=owner, cluster=cluster.name, environment=RUN_ENVIRONMENT)
+            requests.request_worker(owner=owner, cluster=cluster.name, environment=RUN_ENVIRONMENT)
             for _ in range(workers)
         ]
         ids = [w.pk for w in made]

@@ -90,8 +90,8 @@ class Round:
 def _connected_agents(count: int, url: str, secret_key: str) -> list[SignedAgent]:
     """Workers moved to connected the way a real job's agent gets there (their keys derived
     with the agents' server's secret key)."""
-    from workers_app import lifecycle
-    from workers_app.agents.signing import issue_agent_key
+    from workers_app.actions import lifecycle
+    from workers_app.agent_keys import issue_agent_key
     from workers_app.models import Cluster, Worker
 
     cluster = Cluster.objects.get(name=CLUSTER_NAME)
@@ -290,9 +290,10 @@ def _breakdown(agent: SignedAgent, secret_key: str, repeat: int) -> Breakdown:
     from django.core.handlers.wsgi import WSGIHandler
     from django.test import override_settings
 
-    from workers_app.agents import signing
-    from workers_app.agents.heartbeats import SEEN_PREFIX, redis_client
-    from workers_app.agents.service import record_heartbeat
+    from agents import signing
+    from agents.beats import SEEN_PREFIX
+    from agents.service import record_heartbeat
+    from core.redis_connection import redis_client
     from workers_app.models import Worker, hash_secret
 
     worker_id = Worker.objects.get(public_id=agent.public_id).pk

@@ -2,10 +2,10 @@
 spread over 1, 10 and 50 users' own cluster accounts; then the same on Grid Engine against one
 `ssh host qstat -j ID` per job.
 
-Ours is workers_app.jobs.poll_cluster, one status command per account with live jobs over that
-account's kept SSH connection, counting the commands it sends. The usual portal way is one new
-OpenSSH process per job and poll. Jobs are held (`sbatch --hold`), so a thousand of them wait
-without running; all are cancelled at the end.
+Ours is workers_app.actions.jobs.poll_cluster, one status command per account with live jobs
+over that account's kept SSH connection, counting the commands it sends. The usual portal way is
+one new OpenSSH process per job and poll. Jobs are held (`sbatch --hold`), so a thousand of them
+wait without running; all are cancelled at the end.
 """
 
 from __future__ import annotations
@@ -62,11 +62,11 @@ class PerJobCycle:
 
 
 def _poll_cycles(cluster_id: int, jobs: int, cycles: int, *, accounts: int) -> OursCycle:
-    from workers_app.connections import close_all_connections
-    from workers_app.jobs import poll_cluster
+    from core.transport.connection import commands_run_total
+    from workers_app.actions.jobs import poll_cluster
+    from workers_app.cluster_access import close_all_connections
     from workers_app.models import Worker
     from workers_app.statuses import WorkerStatus
-    from workers_app.transport.connection import commands_run_total
 
     close_all_connections()
     started = time.perf_counter()
@@ -154,7 +154,7 @@ def _logins(target: SshTarget) -> list[Login]:
 def _accounts(cluster: Cluster, logins: list[Login], count: int) -> list[ClusterAccount]:
     """``count`` platform users, each with a verified account on the cluster, mapped in turn
     onto the cluster's few Unix users."""
-    from workers_app.accounts import connect_account, verify_account
+    from workers_app.actions.cluster_accounts import connect_account, verify_account
 
     accounts = []
     for i in range(count):
@@ -355,7 +355,8 @@ def _gridengine(
     table.notes += [
         "jobs: held (`qsub -h -b y sleep 600`, one local shell) as the cluster account pwtest, "
         "a queued worker row each on a shared cluster of scheduler gridengine.",
-        f"ours: workers_app.jobs.poll_cluster in-process; one `qstat -xml -u pwtest` lists the "
+        f"ours: workers_app.actions.jobs.poll_cluster in-process; one `qstat -xml -u pwtest` lists "
+        "the "
         f"account's jobs whatever their number; median of {cycles} cycles after a first one "
         "that opens the connection.",
         "per-job: `ssh ... pwtest@127.0.0.1 qstat -j ID` (OpenSSH client) one after the other, "
@@ -425,10 +426,11 @@ def _outcome(
         f"accounts map onto them in turn (account i logs in as user i mod {unix_users}), each "
         "with its own SSH connection; job i belongs to account i mod accounts and is submitted "
         "held (`sbatch --hold`, one local shell per Unix user) as that account's Unix user.",
-        f"ours: workers_app.jobs.poll_cluster in-process, one status command per account with "
+        f"ours: workers_app.actions.jobs.poll_cluster in-process, one status command per account "
+        "with "
         f"live jobs over that account's kept paramiko connection; median of {cycles} cycles "
         "after a first one that opens the connections; commands counted by "
-        "workers_app.transport.connection.commands_run_total().",
+        "core.transport.connection.commands_run_total().",
         "per-job ssh: `ssh -i KEY -p PORT ... pwtest@127.0.0.1 squeue -j ID` (OpenSSH client), "
         "one after the other, timed once per number of jobs (its cost does not depend on whose "
         "job it is): a new connection each, then again over one multiplexed connection "

@@ -31,12 +31,7 @@ from bench.report import Goal, Outcome, Table, millis, percentile
 from harness import HarnessError
 from harness.agents import SignedAgent, signed_agent
 from harness.cluster import SshTarget
-from harness.objects import (
-    connected_worker_via_api,
-    end_run,
-    run_user,
-    start_afresh,
-)
+from harness.objects import connected_worker_via_api, end_run, run_user, start_afresh
 from harness.platform import NO_RECONCILE, Platform
 from harness.waiting import wait_for
 

@@ -93,20 +93,20 @@ def _sweep(cluster_id: int, count: int, cycles: int) -> tuple[Figure, Figure]:
     """A sweep that stops the 1% of workers gone silent, then the steady sweeps (none)."""
     from django.test import override_settings
 
-    from workers_app.agents.heartbeats import HeartbeatStore
+    from workers_app.liveness import Liveness, SweepRecord
     from workers_app.models import Worker
     from workers_app.statuses import WorkerStatus
     from workers_app.sweeps import sweep_heartbeats
 
     ids = _connected(cluster_id, count, f"bench-scale-sweep-{run_id()}")
     silent = set(ids[::100])
-    store = HeartbeatStore()
+    store = Liveness()
     store.claim_reset()  # the store is this run's: intact from here on
     store.beat_many([pk for pk in ids if pk not in silent])
     stopped: list[int] = []
 
     def sweep() -> None:
-        store.note_sweep(time.time())
+        SweepRecord().note_sweep(time.time())
         stopped.append(sweep_heartbeats(store=store))
 
     try:
@@ -333,7 +333,7 @@ def _outcome(figures: list[Figure]) -> Outcome:
         "memory: tracemalloc's peak of one more sweep like it, traced apart from the timed ones. "
         "The hearing probe is off: it asks the agents' "
         "server once per sweep, whatever the number of workers.",
-        "poll cycle: workers_app.jobs.poll_cluster (bench/polling.py's cycle), held jobs "
+        "poll cycle: workers_app.actions.jobs.poll_cluster (bench/polling.py's cycle), held jobs "
         "(`sbatch --hold`) of the cluster account; memory: tracemalloc's peak over a first "
         "cycle and one more, traced apart from the timed ones.",
         "API and page: scripts/start.sh web (2 processes x 4 threads, production settings), "

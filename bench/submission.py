@@ -42,8 +42,8 @@ from harness.platform import NO_RECONCILE, PRODUCTION_KNOBS, Platform
 from harness.waiting import wait_until
 
 if TYPE_CHECKING:
+    from schedulers.base import JobSpec, SchedulerAdapter
     from workers_app.models import Environment, Worker
-    from workers_app.schedulers.base import JobSpec, SchedulerAdapter
 
 NAME = "submission"
 
@@ -101,7 +101,7 @@ class SqueueWatcher:
 
 def job_script() -> str:
     """The script the platform sends for a worker of the held environment (agent included)."""
-    from workers_app.connections import adapter_for
+    from workers_app.cluster_access import adapter_for
     from workers_app.models import Cluster
 
     adapter = adapter_for(Cluster.objects.get(name=CLUSTER_NAME))
@@ -110,8 +110,8 @@ def job_script() -> str:
 
 def _held_spec(scheduler: type[SchedulerAdapter]) -> JobSpec:
     """The job of a new worker of the held environment, its secret included."""
-    from workers_app.agents.signing import issue_agent_key
-    from workers_app.jobs import job_spec
+    from workers_app.actions.jobs import job_spec
+    from workers_app.agent_keys import issue_agent_key
     from workers_app.models import Environment
 
     environment = Environment.objects.get(cluster__name=CLUSTER_NAME, name=HELD_ENVIRONMENT)
@@ -211,10 +211,10 @@ class SubmitCost:
 def _submit_cost(target: SshTarget, tag: str, count: int, batch_size: int) -> SubmitCost:
     """In-process, over the kept connection: the name lookup, sbatch, a whole submission, and a
     batch of workers submitted together."""
-    from workers_app.connections import adapter_for
-    from workers_app.jobs import submit_worker, submit_workers
+    from core.transport.connection import commands_run_total
+    from workers_app.actions.jobs import submit_worker, submit_workers
+    from workers_app.cluster_access import adapter_for
     from workers_app.models import Cluster, Environment, Worker
-    from workers_app.transport.connection import commands_run_total
 
     cluster = Cluster.objects.get(name=CLUSTER_NAME)
     adapter = adapter_for(cluster)
@@ -289,8 +289,8 @@ def _platform(
     """For each count: the peer's race, the platform's twice, the peer's again (the platform up
     but idle during the peer's, so both see the same machine); then single POSTs for their
     latency."""
+    from workers_app.actions.requests import BULK_MAX
     from workers_app.models import ApiKey, Worker
-    from workers_app.services import BULK_MAX
     from workers_app.statuses import FINISHED, WorkerStatus
 
     user = run_user()
@@ -471,7 +471,7 @@ def run(
     post_rate: float = 20.0,
     post_count: int = 200,
 ) -> Outcome:
-    from workers_app.schedulers.slurm import SUBMIT_PARALLEL
+    from schedulers.slurm import SUBMIT_PARALLEL
 
     if not counts:
         raise HarnessError("--submit-counts names no count")
@@ -558,7 +558,7 @@ def _outcome(
     post_rate: float,
     notes: list[str],
 ) -> Outcome:
-    from workers_app.schedulers.slurm import SUBMIT_CHUNK, SUBMIT_PARALLEL
+    from schedulers.slurm import SUBMIT_CHUNK, SUBMIT_PARALLEL
 
     peers = Table(
         "Submission against dask-jobqueue (same run): held jobs, from the call to the last "
@@ -598,7 +598,7 @@ def _outcome(
     peers.notes.append(
         f"the platform: each bulk request is one Celery task; it sends the jobs in chunks of up "
         f"to {SUBMIT_CHUNK} per command, {SUBMIT_PARALLEL} commands at once on its kept SSH "
-        "connection (workers_app/schedulers/slurm.py)"
+        "connection (schedulers/slurm.py)"
     )
     ours = races[0][0]
     table = Table(

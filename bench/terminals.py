@@ -26,12 +26,7 @@ from bench.report import Goal, Outcome, Table, millis, percentile
 from harness import REPO, HarnessError
 from harness.agents import SignedAgent
 from harness.cluster import SshTarget
-from harness.objects import (
-    connected_worker_via_api,
-    end_run,
-    run_user,
-    start_afresh,
-)
+from harness.objects import connected_worker_via_api, end_run, run_user, start_afresh
 from harness.platform import NO_RECONCILE, PRODUCTION_KNOBS, Platform
 
 NAME = "terminals"
@@ -59,8 +54,8 @@ class Round:
 
 def _agents(count: int, url: str) -> list[SignedAgent]:
     """Connected workers with real keys, made the way a job's agent gets there."""
-    from workers_app import lifecycle
-    from workers_app.agents.signing import issue_agent_key
+    from workers_app.actions import lifecycle
+    from workers_app.agent_keys import issue_agent_key
     from workers_app.models import Cluster, Worker
     from workers_app.statuses import WorkerStatus
 

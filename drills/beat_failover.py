@@ -1,6 +1,6 @@
 """Beat on two "hosts": one sends, and when it is SIGKILLed the other takes over within a lease.
 
-Two beat processes run side by side with the beat lease (activate/beat.py; 5 s here, sweeps
+Two beat processes run side by side with the beat lease (core/beat.py; 5 s here, sweeps
 every second) while workers are queued and connected. Each round SIGKILLs the beat holding the
 lease and times, from the kill, the other's first sweep sent (by its log's "Sending due task"
 lines); the killed one is started again and stands by. Every sweep sent is counted per beat:
@@ -33,7 +33,7 @@ SENT = re.compile(
 
 
 def run(target: SshTarget, *, rounds: int = 3) -> DrillResult:
-    from activate.beat import lease_key
+    from core.beat import lease_key
 
     with Drill("beat-failover", target, title=NAME, knobs=KNOBS) as drill:
         platform = drill.platform

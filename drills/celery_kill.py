@@ -21,13 +21,7 @@ import random
 import signal
 import time
 
-from drills.drill import (
-    Drill,
-    DrillResult,
-    recording_held,
-    submitting_processes,
-    unrecorded,
-)
+from drills.drill import Drill, DrillResult, recording_held, submitting_processes, unrecorded
 from harness.cluster import SshTarget
 from harness.objects import HELD_ENVIRONMENT, job_name
 

@@ -5,7 +5,7 @@ Statuses covered: pending (deleted in its submission's dangerous window, its job
 and not yet recorded, or 0-0.3 s after the request: before, during or just after its
 submission), queued, starting (its agent cannot call back: the agents' server is down
 meanwhile), connected, stopping (deleted twice), and stopped (deleted again). Mid-submit
-requests and deletions call workers_app.services (what the API calls) in-process; the window is
+requests and deletions call workers_app.actions (what the API calls) in-process; the window is
 held open (drills.drill recording_held: the row locked once the agent secret is committed,
 until squeue lists the job), and a deletion counts as in it only when, as it was made, squeue
 listed the worker's job and its row had no job id. The drill fails when fewer than half the
@@ -28,7 +28,7 @@ NAME = "Delete workers in every status, including mid-submit"
 
 
 def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
-    from workers_app import services
+    from workers_app.actions import deletion, requests
     from workers_app.models import Worker, WorkerEvent
     from workers_app.statuses import FINISHED, WorkerStatus
 
@@ -47,13 +47,13 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
 
         # Starting: the job runs but its agent cannot call back while the agents' server is down.
         platform.stop("agents")
-        starting = services.request_worker(
+        starting = requests.request_worker(
             owner=drill.owner, cluster=drill.cluster.name, environment=RUN_ENVIRONMENT
         )
         if not drill.wait_status([starting], {S.STARTING}, timeout=90):
             raise HarnessError(f"no worker reached starting: {drill.statuses([starting])}")
         deleted_in[S.STARTING] += 1
-        services.delete_worker(starting)
+        deletion.delete_worker(starting)
         platform.start_agents()
 
         queued, connected = drill.settled(queued=2, connected=3)
@@ -68,7 +68,7 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
         in_window: dict[int, str] = {}
         missed, number = 0, 0
         while number < mid_submit and missed <= mid_submit:
-            worker = services.request_worker(
+            worker = requests.request_worker(
                 owner=drill.owner, cluster=drill.cluster.name, environment=HELD_ENVIRONMENT
             )
             if number % 2 == 0:
@@ -76,7 +76,7 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
                     listed = unrecorded(window)
                     worker.refresh_from_db()
                     status = worker.status
-                    services.delete_worker(worker)
+                    deletion.delete_worker(worker)
                     # Pending to stopped is the deletion finding the row still without its job.
                     worker.refresh_from_db()
                     hit = listed if worker.status == S.STOPPED else {}
@@ -88,7 +88,7 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
                 pause(chooser.uniform(0, 0.3))
                 worker.refresh_from_db()
                 status = worker.status
-                services.delete_worker(worker)
+                deletion.delete_worker(worker)
             deleted_in[status] += 1
             number += 1
         drill.check(

@@ -206,7 +206,7 @@ class Drill:
 
     def close(self) -> None:
         """Delete every live worker, wait for their jobs to go, stop the platform."""
-        from workers_app import services
+        from workers_app.actions import deletion
         from workers_app.models import ApiKey, Worker
         from workers_app.statuses import LIVE
 
@@ -218,7 +218,7 @@ class Drill:
                     try:
                         self.delete(worker)
                     except Exception:
-                        services.delete_worker(worker)
+                        deletion.delete_worker(worker)
                 wait_until(
                     lambda: not set(names) & set(self.target.job_names()), timeout=60, interval=1
                 )
@@ -228,10 +228,10 @@ class Drill:
 
 
 def submissions_in_progress() -> set[int]:
-    """Workers whose submission holds its lock right now (workers_app.locks, PostgreSQL)."""
+    """Workers whose submission holds its lock right now (core.locks, PostgreSQL)."""
     from django.db import connection
 
-    from workers_app.locks import LOCK_NAMESPACE
+    from core.locks import LOCK_NAMESPACE
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -248,7 +248,7 @@ def submitting_processes(pids: Iterable[int]) -> dict[int, int]:
     found among the process's sockets)."""
     from django.db import connection
 
-    from workers_app.locks import LOCK_NAMESPACE
+    from core.locks import LOCK_NAMESPACE
 
     with connection.cursor() as cursor:
         cursor.execute(

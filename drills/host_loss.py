@@ -498,7 +498,7 @@ def _request(
 
 def _holders(hosts: dict[str, Platform]) -> tuple[str | None, str | None]:
     """Which host's beat holds the beat lease, and which host's relay keeper the relay."""
-    from activate.beat import lease_key
+    from core.beat import lease_key
     from workers_app.models import AgentRelay
 
     def host_of(process: str, token: Any) -> str | None:
@@ -540,8 +540,8 @@ def _beats_by_host(hosts: dict[str, Platform]) -> dict[str, int]:
 
 
 def _forget_relay_cluster() -> None:
-    from workers_app.agents.relays import relay_tag
     from workers_app.models import Cluster
+    from workers_app.relays import relay_tag
 
     cluster = Cluster.objects.filter(name=RELAY_CLUSTER).first()
     if cluster is None:

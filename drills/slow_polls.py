@@ -51,8 +51,8 @@ POLL_DONE = re.compile(r"poll_cluster\[[^\]]+\] succeeded in ([0-9.]+)s")
 def run(
     target: SshTarget, *, connected: int = 3, clusters: int = 5, sweeps_on_worker: bool = False
 ) -> DrillResult:
-    from workers_app import services
-    from workers_app.lifecycle import REASON_DISCONNECTED
+    from workers_app.actions import requests
+    from workers_app.actions.lifecycle import REASON_DISCONNECTED
     from workers_app.models import WorkerEvent
     from workers_app.statuses import WorkerStatus
 
@@ -78,7 +78,7 @@ def run(
                 platform.start_all()
             running = drill.request(RUN_ENVIRONMENT, connected)
             held = [
-                services.request_worker(
+                requests.request_worker(
                     owner=drill.owner, cluster=cluster.name, environment=HELD_ENVIRONMENT
                 )
                 for cluster in more_clusters(drill.cluster, clusters, account.partition)

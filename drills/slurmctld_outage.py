@@ -16,7 +16,7 @@ from harness.cluster import SshTarget, testcluster
 from harness.objects import HELD_ENVIRONMENT
 
 NAME = "Stop slurmctld"
-# What workers_app.jobs.poll_cluster logs when a query fails and every status is kept.
+# What workers_app.actions.jobs.poll_cluster logs when a query fails and every status is kept.
 POLL_FAILED = "failed, keeping every status"
 
 

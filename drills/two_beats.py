@@ -5,7 +5,7 @@ worker's processes while there is work for them: queued workers timing out (shor
 timeout), agents going silent (frozen with SIGSTOP), a deletion, fresh requests. Afterwards no
 (worker, old status, new status) with old != new may appear twice in the event table.
 
-The beat lease (activate/beat.py) would let only one of them send; it is off here
+The beat lease (core/beat.py) would let only one of them send; it is off here
 (ACTIVATE_BEAT_LEASE=0), because a holder paused past its lease can still send once beside its
 successor: the compare-and-set must hold on its own. drills/beat_failover.py runs with it.
 """

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from workers_app.node import activate_agent
+from node import activate_agent
 
 
 def agent_pids(public_id: str) -> list[int]:

@@ -144,9 +144,9 @@ def gather_platform_secrets(book: SecretBook) -> None:
     from django.conf import settings
     from django.contrib.sessions.models import Session as PlatformSession
 
+    from core.redis_connection import redis_client
     from sessions_app.models import Session
     from workers_app.models import ApiKey, Cluster, ClusterAccount, Worker
-    from workers_app.redis_connection import redis_client
 
     book.add(settings.SECRET_KEY, "the platform's secret key")
     for session in Session.objects.all():

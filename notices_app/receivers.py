@@ -17,7 +17,7 @@ def tell_connected(sender: object, *, worker: Worker, **kwargs: Any) -> None:
 def warn_idle(
     sender: object, *, worker: Worker, session: Session | None, ends_at: datetime, **kwargs: Any
 ) -> None:
-    services.warn_idle(worker, session, ends_at)
+    services.tell_idle_warning(worker, session, ends_at)
 
 
 def take_back_idle_warning(

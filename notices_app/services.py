@@ -13,12 +13,12 @@ from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from core.statemachine import enqueue_on_commit
 from notices_app.models import Notice, NoticeKind, NoticePrefs
 from sessions_app.models import Session
 from workers_app import walltime
 from workers_app.idle import describe_minutes
 from workers_app.models import Worker
-from workers_app.statemachine import enqueue_on_commit
 from workers_app.statuses import WorkerStatus
 
 EMAIL_TASK = "notices_app.tasks.email_notice"
@@ -101,7 +101,8 @@ def warn_walltimes(now: datetime | None = None) -> int:
     return warned
 
 
-def warn_idle(worker: Worker, session: Session | None, ends_at: datetime) -> Notice | None:
+def tell_idle_warning(worker: Worker, session: Session | None, ends_at: datetime) -> Notice | None:
+    """workers_app.idle warned (its idle_warning signal): tell the owner, as they chose."""
     what = f"Session {session.name}" if session is not None else f"Worker {worker.name}"
     minutes = session.idle_minutes if session is not None else worker.idle_minutes
     ending = "ends" if session is not None else "is deleted"
@@ -116,6 +117,7 @@ def warn_idle(worker: Worker, session: Session | None, ends_at: datetime) -> Not
 
 
 def take_back_idle_warning(worker: Worker, session: Session | None) -> int:
+    """The warning no longer holds (idle_warning_cleared): its notice goes."""
     subject = session.public_id if session is not None else ""
     deleted, _ = Notice.objects.filter(
         worker=worker, kind=NoticeKind.IDLE, subject=subject

@@ -9,9 +9,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from core.pages import login_required_page
 from notices_app import services
 from notices_app.models import NoticePrefs
-from workers_app.pages.views import login_required_page
 
 FEED_MAX = 20
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from activate.env import KEY_FILE_NAME, ConfigurationError, EnvReader, private_directory
+from core.env import KEY_FILE_NAME, ConfigurationError, EnvReader, private_directory
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / EnvReader().string("ACTIVATE_DATA_DIR", "data")

@@ -13,7 +13,7 @@ export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-${ACTIVATE_DATA_DIR:
 (umask 077 && mkdir -p "$PROMETHEUS_MULTIPROC_DIR")
 
 # celery_worker QUEUE CONCURRENCY NAME: a Celery worker consuming QUEUE only. One whose consumer
-# got stuck after a broker outage exits 70 (activate/watchdog.py) and is started again here; any
+# got stuck after a broker outage exits 70 (core/watchdog.py) and is started again here; any
 # other end is this script's.
 celery_worker() {
   local child=""
@@ -64,7 +64,7 @@ case "${1:-}" in
     celery_worker sweeps "${ACTIVATE_SWEEPER_CONCURRENCY:-2}" sweeper
     ;;
   beat)
-    # Run one on every host: the one holding the beat lease in Redis sends (activate/beat.py).
+    # Run one on every host: the one holding the beat lease in Redis sends (core/beat.py).
     mkdir -p data
     exec "$BIN/celery" -A activate beat --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \
       --schedule "${ACTIVATE_BEAT_SCHEDULE_FILE:-data/celerybeat-schedule}"

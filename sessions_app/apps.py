@@ -10,9 +10,9 @@ class SessionsAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from core.metrics import scrape
         from sessions_app import metrics, receivers
         from workers_app import signals
-        from workers_app.metrics import scrape
 
         signals.worker_finished.connect(receivers.end_sessions, dispatch_uid="sessions-end")
         signals.worker_deleted.connect(receivers.delete_sessions, dispatch_uid="sessions-delete")

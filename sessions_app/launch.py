@@ -14,18 +14,19 @@ import json
 import time
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import h11
 
-from sessions_app import gate, kinds
+from core.transport.channels import http_request
+from core.transport.errors import SSHError
+from node import session_launcher_source
+from sessions_app import kinds
 from sessions_app.models import Session
-from workers_app.connections import adapter_for_worker, connection_for, open_tunnel
+from sessions_app.proxy import gate
+from workers_app.cluster_access import adapter_for_worker, connection_for, open_tunnel
 from workers_app.models import Worker
-from workers_app.transport.channels import http_request
-from workers_app.transport.errors import SSHError
 
-LAUNCHER = (Path(__file__).parent / "node" / "activate_session.py").read_text()
+LAUNCHER = session_launcher_source()
 READY_WITHIN = 150.0
 POLL_EVERY = 0.5
 STATE_DIR = "~/.activate/sessions"

@@ -11,9 +11,9 @@ from typing import Any
 
 from django.utils import timezone
 
+from core.statemachine import StateMachine
 from sessions_app.models import Session, SessionEvent
 from sessions_app.statuses import FINISHED, LIVE, TRANSITIONS, SessionStatus
-from workers_app.statemachine import StateMachine
 
 S = SessionStatus
 

@@ -6,9 +6,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from core.keystore import decrypt_private_key, encrypt_private_key
 from sessions_app import kinds
 from sessions_app.statuses import SessionStatus
-from workers_app.keystore import decrypt_private_key, encrypt_private_key
 from workers_app.models.idle import IdlePolicy
 
 PUBLIC_ID_ALPHABET = "abcdefghijkmnopqrstuvwxyz23456789"

@@ -19,19 +19,20 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from core.errors import ParameterError
+from core.statemachine import enqueue_on_commit
+from core.transport.errors import SSHError
+from schedulers.base import QueryFailed, SchedulerError
 from sessions_app import kinds, launch, lifecycle
 from sessions_app.models import Session
 from sessions_app.statuses import LIVE, SessionStatus
 from workers_app import idle
-from workers_app import lifecycle as worker_lifecycle
-from workers_app import services as worker_services
+from workers_app.actions import lifecycle as worker_lifecycle
+from workers_app.actions.deletion import delete_worker
+from workers_app.actions.requests import request_worker
 from workers_app.models import Worker
-from workers_app.params import ParameterError
-from workers_app.schedulers.base import QueryFailed, SchedulerError
-from workers_app.statemachine import enqueue_on_commit
 from workers_app.statuses import FINISHED as WORKER_FINISHED
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.errors import SSHError
 
 S = SessionStatus
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def create_session(
     with transaction.atomic():
         if environment:
             # The session's policy is the worker's: ending the session ends its worker.
-            worker = worker_services.request_worker(
+            worker = request_worker(
                 owner=owner,
                 cluster=cluster,
                 environment=environment,
@@ -216,7 +217,7 @@ def stop_session(
         if session.dedicated_worker:
             worker = Worker.objects.get(pk=session.worker_id)
             if worker.status not in WORKER_FINISHED:
-                worker_services.delete_worker(worker, reason=worker_reason)
+                delete_worker(worker, reason=worker_reason)
         elif changed and session.node_pid is not None:
             enqueue_on_commit(STOP_TASK, session.pk)
     return changed
@@ -310,62 +311,3 @@ def end_sessions_whose_launcher_ended(worker_id: int, public_ids: list[str]) -> 
     for session in running:
         changed += lifecycle.end_session(session, reason=REASON_PROGRAM_ENDED)
     return changed
-
-
-def keep_session(session: Session, *, owner: User) -> None:
-    """Keep: the session's idle clock starts again now, and any warning is taken back."""
-    if session.owner_id != owner.pk:
-        raise worker_services.NotOwner("only the session's owner can keep it")
-    worker_services.reset_idle(session, kept_at=timezone.now())
-
-
-def session_idleness(sessions: list[Session], now: datetime) -> dict[int, float | None]:
-    """Seconds each running session has been quiet (None: not measured), by its own traffic
-    and processes; its worker's agent must be reporting."""
-    workers = {s.worker_id: s.worker for s in sessions}
-    measured = idle.idleness_of(list(workers.values()), now)
-    found: dict[int, float | None] = {}
-    by_worker: dict[int, list[Session]] = {}
-    for session in sessions:
-        by_worker.setdefault(session.worker_id, []).append(session)
-    for worker_id, on_worker in by_worker.items():
-        state = measured.get(worker_id)
-        if state is None or not state.measured:
-            found.update({s.pk: None for s in on_worker})
-            continue
-        busy = idle.session_quiet_since(worker_id, [s.public_id for s in on_worker])
-        for session in on_worker:
-            marks = [busy.get(session.public_id), session.started_at, session.idle_kept_at]
-            since = max(m for m in marks if m is not None)
-            found[session.pk] = idle.Idleness(True, since).idle_for(now)
-    return found
-
-
-def sweep_idle_sessions(now: datetime | None = None) -> dict[str, int]:
-    """Warn the owners of sessions idle nearly as long as their policy, end those past it,
-    and take back the warnings of those busy again."""
-    now = now or timezone.now()
-    done = {idle.Decision.WARN: 0, idle.Decision.END: 0, idle.Decision.CLEAR: 0}
-    sessions = list(
-        Session.objects.filter(status=S.RUNNING, idle_minutes__gt=0).select_related(
-            "worker", "worker__cluster", "owner"
-        )
-    )
-    quiet = session_idleness(sessions, now)
-    for session in sessions:
-        idle_for = quiet.get(session.pk)
-        if idle_for is None or session.idle_minutes is None:
-            continue
-        policy = idle.policy_seconds(session.idle_minutes)
-        decision = idle.decide(idle_for, policy, session.idle_warned_at, now)
-        if decision == idle.Decision.WARN:
-            done[decision] += worker_services.warn_idle(session, now, live=S.RUNNING)
-        elif decision == idle.Decision.CLEAR:
-            done[decision] += worker_services.reset_idle(session)
-        elif decision == idle.Decision.END:
-            done[decision] += stop_session(
-                session,
-                reason=idle.idle_reason(session.idle_minutes, what="Ended"),
-                worker_reason=idle.idle_reason(session.idle_minutes),
-            )
-    return done

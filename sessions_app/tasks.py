@@ -1,11 +1,11 @@
-"""Celery tasks: thin wrappers over ``sessions_app.services``."""
+"""Celery tasks: thin wrappers over ``sessions_app.services`` and ``sessions_app.idle``."""
 
 from __future__ import annotations
 
 from celery import Task, shared_task
 
-from sessions_app import services
-from workers_app import sweep_lag
+from core import sweep_lag
+from sessions_app import idle, services
 
 # A pending session's worker may wait in the queue for long: back off to this many seconds.
 MAX_RETRY_DELAY = 30
@@ -38,6 +38,6 @@ def sweep_sessions() -> int:
 
 @shared_task
 def sweep_idle_sessions() -> dict[str, int]:
-    done = services.sweep_idle_sessions()
+    done = idle.sweep_idle_sessions()
     sweep_lag.note_completed("idle_sessions")
     return done

@@ -6,7 +6,7 @@ import base64
 import json
 from typing import Any
 
-from workers_app.redis_connection import redis_client
+from core.redis_connection import redis_client
 
 QUEUE = "celery"
 

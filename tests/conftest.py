@@ -13,13 +13,13 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.core.management import call_command
 
+from core.redis_connection import redis_client
 from harness import HarnessError, cells
 from harness import platform as harness_platform
 from harness.cluster import SshTarget
 from tests.platforms import clean_redis
 from tests.watched import _neighbour_watch, neighbour_watcher, pytest_runtest_call  # noqa: F401
 from workers_app.models import Cluster
-from workers_app.redis_connection import redis_client
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,7 +4,7 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from workers_app.lifecycle import initial_deadline
+from workers_app.actions.lifecycle import initial_deadline
 from workers_app.models import Cluster, Environment, EnvironmentField, Worker
 
 

@@ -15,13 +15,16 @@ import pytest
 from harness.cluster import SshTarget
 from harness.watcher import Watcher, gather_platform_secrets
 
-WATCHED = ("e2e", "sessions", "agents_signing", "terminals", "heartbeats")
+WATCHED = ("e2e", "sessions", "agents/signing", "workers/terminals", "agents/heartbeats")
 TESTS = Path(__file__).parent
 
 
 def watched(item: pytest.Item) -> bool:
     path = Path(str(item.fspath))
-    return path.is_relative_to(TESTS) and path.relative_to(TESTS).parts[0] in WATCHED
+    if not path.is_relative_to(TESTS):
+        return False
+    inside = path.relative_to(TESTS).parts
+    return any(inside[: len(Path(folder).parts)] == Path(folder).parts for folder in WATCHED)
 
 
 def _uses_database(item: pytest.Item) -> bool:

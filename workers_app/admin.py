@@ -8,9 +8,13 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from workers_app import accounts, clusters, idle, services, usage
-from workers_app.accounts import public_key_of
-from workers_app.agents.heartbeats import HeartbeatStore
+from core.errors import ParameterError
+from core.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
+from workers_app import idle
+from workers_app.actions import cluster_accounts as accounts
+from workers_app.actions import clusters, deletion, usage
+from workers_app.actions.cluster_accounts import public_key_of
+from workers_app.liveness import Breakers
 from workers_app.models import (
     AccountOrigin,
     AgentRelay,
@@ -26,8 +30,6 @@ from workers_app.models import (
     WorkerCommand,
     WorkerEvent,
 )
-from workers_app.params import ParameterError
-from workers_app.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
 
 # The product's name, and "View site" leads to the browser UI.
 admin.site.site_header = "ACTIVATE administration"
@@ -270,7 +272,7 @@ class ClusterAdmin(admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         # One Redis read for the whole page, not one per row.
-        self._breakers = HeartbeatStore().open_breakers()
+        self._breakers = Breakers().all_open()
         return super().changelist_view(request, extra_context)
 
     @admin.display(description="heartbeat breaker")
@@ -285,9 +287,9 @@ class ClusterAdmin(admin.ModelAdmin):
 
     @admin.action(description="Confirm lost workers (the heartbeat breaker holds them)")
     def confirm_lost_workers(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
-        store = HeartbeatStore()
+        breakers = Breakers()
         for cluster in queryset:
-            store.confirm_breaker(cluster.pk)
+            breakers.confirm(cluster.pk)
             self.message_user(request, f"{cluster.name}: the next sweep stops its silent workers")
 
     @admin.display(description="agents")
@@ -405,7 +407,7 @@ class WorkerAdmin(admin.ModelAdmin):
 
     @admin.action(description="Delete selected workers (cancel their jobs)")
     def delete_through_lifecycle(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
-        changed = sum(services.delete_worker(worker) for worker in queryset)
+        changed = sum(deletion.delete_worker(worker) for worker in queryset)
         self.message_user(request, f"Asked {changed} worker(s) to stop.", messages.SUCCESS)
 
 

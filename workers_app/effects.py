@@ -6,7 +6,7 @@ reverse. A broker that cannot take a message loses nothing: the sweeps find the 
 
 from __future__ import annotations
 
-from workers_app.statemachine import enqueue_on_commit
+from core.statemachine import enqueue_on_commit
 
 SUBMIT = "workers_app.tasks.submit_worker"
 SUBMIT_MANY = "workers_app.tasks.submit_workers"

@@ -3,9 +3,9 @@ from __future__ import annotations
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
-from workers_app.connections import connections_held_everywhere
-from workers_app.redis_connection import redis_client
-from workers_app.sweep_lag import sweep_lag
+from core.redis_connection import redis_client
+from core.sweep_lag import sweep_lag
+from workers_app.cluster_access import connections_held_everywhere
 
 
 def health(request: HttpRequest) -> JsonResponse:

@@ -5,6 +5,10 @@ A worker is busy when its job's processes used CPU or I/O over the agent's last 
 (agents.activity), when a terminal is open on it, or when a session on it carried traffic
 through the proxy. It is *measured* only while its agent's reports arrive: a worker whose agent
 does not report (an older agent, a Redis that lost its data) is never judged idle.
+
+The one owner of workers' idleness: the measure, the policy, the warnings (sent as
+``signals.idle_warning``; notices_app listens), Keep, and the idle sweep's step for one worker.
+Sessions' idleness is ``sessions_app.idle``, on top of this.
 """
 
 from __future__ import annotations
@@ -18,15 +22,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from workers_app.agents.heartbeats import ACTIVITY_PREFIX, ACTIVITY_TTL
+from core.redis_connection import redis_client
+from workers_app import signals
+from workers_app.actions import NotOwner
+from workers_app.actions.deletion import delete_worker
 from workers_app.models import Environment, TerminalRecord, Worker
-from workers_app.redis_connection import redis_client
+from workers_app.models.idle import IdlePolicy
 from workers_app.statuses import WorkerStatus
 
 log = logging.getLogger(__name__)
+
+# Activity: ACTIVITY_PREFIX<worker> holds when it was last busy (epoch seconds), ...:r its last
+# report ("at;share of a core;bytes a second"), ...:s:<session> when that session was last busy.
+# The agents' server writes them with a beat that carries a report (agents/beats.py).
+ACTIVITY_PREFIX = "activate:act:"
+ACTIVITY_TTL = 8 * 86400
 
 # Traffic is noted at most this often per worker or session and process (and well within the
 # grace): a proxied download touches Redis a few times a minute, not once a chunk.
@@ -214,3 +229,79 @@ def policy_problem(minutes: float | None) -> str | None:
     if minutes < shortest:
         return f"at least {shortest:g} minutes, or empty for never"
     return None
+
+
+# -- warnings, Keep, and the sweep's step ------------------------------------------------------
+
+
+def _idle_parts(subject: IdlePolicy) -> tuple[Worker, IdlePolicy | None]:
+    """The worker a policy's subject is on, and the session when the subject is one."""
+    if isinstance(subject, Worker):
+        return subject, None
+    return subject.worker, subject  # type: ignore[attr-defined]
+
+
+def warn_idle(subject: IdlePolicy, now: datetime, *, live: str) -> bool:
+    """Tell the owner that their idle worker (or session) ends a warning's lead from now; once,
+    and only while it is ``live`` (its status)."""
+    worker, session = _idle_parts(subject)
+    with transaction.atomic():
+        # Any model with a policy and a status: the keywords are checked when it runs.
+        unwarned = {"pk": subject.pk, "status": live, "idle_warned_at__isnull": True}
+        warned = type(subject)._default_manager.filter(**unwarned).update(idle_warned_at=now)
+        if warned:
+            subject.idle_warned_at = now
+            lead = warning_lead(policy_seconds(subject.idle_minutes) or 0)
+            signals.idle_warning.send(
+                sender=type(subject),
+                worker=worker,
+                session=session,
+                ends_at=now + timedelta(seconds=lead),
+            )
+    return bool(warned)
+
+
+def reset_idle(subject: IdlePolicy, *, kept_at: datetime | None = None) -> bool:
+    """Take a warning back (busy again); with ``kept_at`` (Keep), the clock starts there."""
+    worker, session = _idle_parts(subject)
+    changes: dict[str, datetime | None] = {"idle_warned_at": None}
+    if kept_at is not None:
+        changes["idle_kept_at"] = kept_at
+    with transaction.atomic():
+        changed = type(subject)._default_manager.filter(pk=subject.pk).update(**changes)
+        signals.idle_warning_cleared.send(sender=type(subject), worker=worker, session=session)
+    for field, value in changes.items():
+        setattr(subject, field, value)
+    return bool(changed)
+
+
+def keep_worker(worker: Worker, *, owner: User) -> None:
+    """Keep: the idle clock starts again now, and any warning is taken back."""
+    if worker.owner_id != owner.pk:
+        raise NotOwner("only the worker's owner can keep it")
+    reset_idle(worker, kept_at=timezone.now())
+
+
+def end_idle_worker(worker: Worker) -> bool:
+    assert worker.idle_minutes is not None
+    return delete_worker(worker, reason=idle_reason(worker.idle_minutes))
+
+
+def apply_policy(worker: Worker, state: Idleness, now: datetime) -> str | None:
+    """The idle sweep's step for one connected worker: warn its owner nearly a policy in, delete
+    it past the policy (warned a whole lead before), or take the warning back when it is busy
+    again. Returns what it did (a Decision), or None."""
+    if not state.measured:
+        return None
+    decision = decide(
+        state.idle_for(now), policy_seconds(worker.idle_minutes), worker.idle_warned_at, now
+    )
+    if decision == Decision.WARN:
+        done = warn_idle(worker, now, live=WorkerStatus.CONNECTED)
+    elif decision == Decision.CLEAR:
+        done = reset_idle(worker)
+    elif decision == Decision.END:
+        done = end_idle_worker(worker)
+    else:
+        return None
+    return decision if done else None

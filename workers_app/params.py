@@ -5,20 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from core.errors import ParameterError
+from schedulers.base import SAFE_VALUE, SchedulerAdapter
 from workers_app.models import Environment, EnvironmentField, FieldKind
-from workers_app.schedulers.base import SAFE_VALUE, SchedulerAdapter
 
 MAX_VALUE_LENGTH = 512
 FORBIDDEN_CHARACTERS = ("\n", "\r", "\x00")
-
-
-class ParameterError(Exception):
-    """A request parameter is wrong; ``field`` names it for a 400 answer."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 def _check_directives(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from workers_app import statemachine
+from core import statemachine
 
 
 class WorkerStatus(models.TextChoices):

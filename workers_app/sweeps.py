@@ -15,9 +15,9 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from workers_app import idle, lifecycle, services
-from workers_app.agents import relays
-from workers_app.agents.heartbeats import HeartbeatStore
+from workers_app import idle, relays
+from workers_app.actions import lifecycle
+from workers_app.liveness import Breakers, Liveness, SweepRecord
 from workers_app.models import Worker
 from workers_app.statuses import WorkerStatus
 
@@ -62,13 +62,19 @@ def platform_hears() -> bool:
     return answer.status_code == 200
 
 
-def _grant_grace(store: HeartbeatStore, why: str) -> None:
+def _grant_grace(store: Liveness, why: str) -> None:
     ids = list(Worker.objects.filter(status=S.CONNECTED).values_list("pk", flat=True))
     store.beat_many(ids)
     log.warning("%s: %d connected workers get a fresh grace period", why, len(ids))
 
 
-def sweep_heartbeats(*, store: HeartbeatStore | None = None, now: float | None = None) -> int:
+def sweep_heartbeats(
+    *,
+    store: Liveness | None = None,
+    record: SweepRecord | None = None,
+    breakers: Breakers | None = None,
+    now: float | None = None,
+) -> int:
     """Stop connected workers whose heartbeat key expired; returns how many were stopped.
 
     Silence counts only while the platform could demonstrably hear: after any gap on its own
@@ -76,38 +82,40 @@ def sweep_heartbeats(*, store: HeartbeatStore | None = None, now: float | None =
     every connected worker gets a fresh grace period instead. The sweep's own time is written
     last, so a sweep that fails (database or Redis down) leaves a gap the next one sees.
     """
-    store = store or HeartbeatStore()
+    store = store or Liveness()
+    record = record or SweepRecord(store.redis)
+    breakers = breakers or Breakers(store.redis)
     now = time.time() if now is None else now
     if not store.intact():
         if store.claim_reset():
             _grant_grace(store, "heartbeat store was reset")
-        store.note_sweep(now)
+        record.note_sweep(now)
         return 0
-    previous = store.last_sweep()
+    previous = record.last_sweep()
     if (
         previous is not None
         and now - previous > SWEEP_GAP_FACTOR * settings.ACTIVATE_SWEEP_INTERVAL
     ):
         _grant_grace(store, f"heartbeat sweeps stopped for {now - previous:.0f}s")
-        store.note_sweep(now)
+        record.note_sweep(now)
         return 0
     if not platform_hears():
-        store.mark_deaf()
+        record.mark_deaf()
         log.warning("agents cannot reach the platform: no worker is declared lost meanwhile")
-        store.note_sweep(now)
+        record.note_sweep(now)
         return 0
-    if store.clear_deaf():
+    if record.clear_deaf():
         _grant_grace(store, "agents could not reach the platform")
-        store.note_sweep(now)
+        record.note_sweep(now)
         return 0
     silent = _silent_connected(store)
     if silent is None:
         return 0
-    if silent and _went_back(store, previous):
+    if silent and _went_back(record, previous):
         # Redis was replaced by an older copy of itself while this sweep read it (a restored
         # snapshot, a stale replica promoted): its expired keys are not silence.
         _grant_grace(store, GONE_BACK)
-        store.note_sweep(now)
+        record.note_sweep(now)
         return 0
     stopped = 0
     unreachable = relays.clusters_agents_cannot_reach(timezone.now()) if silent else set()
@@ -119,23 +127,23 @@ def sweep_heartbeats(*, store: HeartbeatStore | None = None, now: float | None =
                 "cluster %s: its relay was down or shed calls lately; nobody is lost", cluster_id
             )
             continue
-        if _breaker_holds(store, cluster_id, len(workers), now):
+        if _breaker_holds(breakers, cluster_id, len(workers), now):
             continue
         for worker in workers:
             stopped += lifecycle.mark_disconnected(worker)
-        store.close_breaker(cluster_id)
-    store.note_sweep(now)
+        breakers.close(cluster_id)
+    record.note_sweep(now)
     return stopped
 
 
-def _went_back(store: HeartbeatStore, previous: float | None) -> bool:
+def _went_back(record: SweepRecord, previous: float | None) -> bool:
     """Whether the store's last sweep time is now older than at this sweep's start (another
     sweeper's later write is not going back)."""
-    again = store.last_sweep()
+    again = record.last_sweep()
     return previous is not None and (again is None or again < previous)
 
 
-def _silent_connected(store: HeartbeatStore) -> list[Worker] | None:
+def _silent_connected(store: Liveness) -> list[Worker] | None:
     """Connected workers whose key expired; None if Redis was reset while they were read."""
     silent: list[int] = []
     last_pk = 0
@@ -162,16 +170,16 @@ def _by_cluster(workers: list[Worker]) -> dict[int, list[Worker]]:
     return groups
 
 
-def _breaker_holds(store: HeartbeatStore, cluster_id: int, silent: int, now: float) -> bool:
+def _breaker_holds(breakers: Breakers, cluster_id: int, silent: int, now: float) -> bool:
     """Too many of a cluster's workers silent at once: keep them until an operator confirms."""
     connected = Worker.objects.filter(cluster_id=cluster_id, status=S.CONNECTED).count()
     too_many = (
         connected >= settings.ACTIVATE_BREAKER_MIN_WORKERS
         and silent > settings.ACTIVATE_BREAKER_SHARE * connected
     )
-    if not too_many or store.is_confirmed(cluster_id):
+    if not too_many or breakers.is_confirmed(cluster_id):
         return False
-    store.open_breaker(cluster_id, silent=silent, connected=connected, at=now)
+    breakers.open(cluster_id, silent=silent, connected=connected, at=now)
     log.error(
         "cluster %s: %d of %d connected workers went silent at once; keeping them until an "
         "operator confirms (admin: Clusters, 'Confirm lost workers')",
@@ -196,8 +204,8 @@ def dispatch_pending(*, limit: int = BATCH) -> list[int]:
 
 
 def sweep_idle_workers(now: datetime | None = None) -> dict[str, int]:
-    """Warn the owners of workers idle nearly as long as their policy, delete those past it
-    (warned a whole lead before), and take back the warnings of those busy again."""
+    """The idle policy's step (``idle.apply_policy``) for every connected worker that has one;
+    how many it warned, deleted and took the warning back of."""
     now = now or timezone.now()
     done = {idle.Decision.WARN: 0, idle.Decision.END: 0, idle.Decision.CLEAR: 0}
     workers = list(
@@ -208,14 +216,7 @@ def sweep_idle_workers(now: datetime | None = None) -> dict[str, int]:
     idleness = idle.idleness_of(workers, now)
     for worker in workers:
         state = idleness.get(worker.pk)
-        if state is None or not state.measured:
-            continue
-        policy = idle.policy_seconds(worker.idle_minutes)
-        decision = idle.decide(state.idle_for(now), policy, worker.idle_warned_at, now)
-        if decision == idle.Decision.WARN:
-            done[decision] += services.warn_idle(worker, now, live=S.CONNECTED)
-        elif decision == idle.Decision.CLEAR:
-            done[decision] += services.reset_idle(worker)
-        elif decision == idle.Decision.END:
-            done[decision] += services.end_idle_worker(worker)
+        did = None if state is None else idle.apply_policy(worker, state, now)
+        if did is not None:
+            done[did] += 1
     return done

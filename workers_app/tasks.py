@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers over the services in ``jobs``, ``clusters`` and ``sweeps``."""
+"""Celery tasks: thin wrappers over the actions in ``jobs`` and ``clusters``, and ``sweeps``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from celery import Task, shared_task
 from celery.signals import task_postrun
 from django.conf import settings
 
-from workers_app import clusters, connections, jobs, sweep_lag, sweeps
+from core import sweep_lag
+from workers_app import cluster_access as connections
+from workers_app import sweeps
+from workers_app.actions import clusters, jobs
 from workers_app.models import Cluster, Worker
 from workers_app.terminals import service as terminals
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from schedulers import adapter_class
 from workers_app.models import Worker
-from workers_app.schedulers import adapter_class
 
 
 def limit_of(worker: Worker) -> int | None:

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import dj_database_url
 
-from activate.env import (
+from core.env import (
     KEY_FILE_NAME,
     ConfigurationError,
     EnvReader,
@@ -57,7 +57,7 @@ ACTIVATE_AGENT_URL = env.url(
 # so it cannot become a second door into the API or the admin.
 ACTIVATE_AGENT_SERVER = env.boolean("ACTIVATE_AGENT_SERVER", False)
 
-# Sessions on origins of their own (sessions_app/origins.py): each at <id>.<this domain>, with
+# Sessions on origins of their own (sessions_app/proxy/origins.py): each at <id>.<this domain>, with
 # the platform's scheme and port, so that what a session serves can neither call the platform's
 # API nor read its cookies. Browsers resolve *.localhost to loopback, so a platform on loopback
 # needs no DNS; elsewhere it takes wildcard DNS and TLS. ACTIVATE_SESSION_PATHS=true serves
@@ -232,12 +232,12 @@ require_less_than(
     ("ACTIVATE_HEARTBEAT_TIMEOUT", ACTIVATE_HEARTBEAT_TIMEOUT),
 )
 # Celery beat runs on every host; the one holding this lease in Redis sends the schedule, and
-# another takes over within a lease when it dies (activate/beat.py). 0: no lease, every beat
+# another takes over within a lease when it dies (core/beat.py). 0: no lease, every beat
 # process sends (one beat only; or to show two at once are harmless, drills/two_beats.py).
 ACTIVATE_BEAT_LEASE = env.number("ACTIVATE_BEAT_LEASE", 15, minimum=0)
 if ACTIVATE_BEAT_LEASE:
     # The holder's last send and its successor's first are at least 0.7 of a lease apart
-    # (activate/beat.py): more than a sweep interval, so no sweep goes out twice.
+    # (core/beat.py): more than a sweep interval, so no sweep goes out twice.
     require_less_than(
         ("ACTIVATE_SWEEP_INTERVAL", ACTIVATE_SWEEP_INTERVAL),
         ("0.7 * ACTIVATE_BEAT_LEASE", 0.7 * ACTIVATE_BEAT_LEASE),
@@ -262,12 +262,15 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "workers_app",
+    "agents",
     "sessions_app",
     "notices_app",
 ]
+# What the WebSockets' authentication (core/websocket_auth.py) asks for an API key's user.
+ACTIVATE_API_KEY_USER = "workers_app.api.authentication.user_for_api_key"
 
 MIDDLEWARE = [
-    "workers_app.agents.middleware.AgentHeartbeatFastPath",
+    "agents.middleware.AgentHeartbeatFastPath",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -319,7 +322,7 @@ LOGIN_URL = "pages:login"
 LOGIN_REDIRECT_URL = "pages:workers"
 LOGOUT_REDIRECT_URL = "pages:login"
 # Django's database sessions, the table keeping a hash of each key, never the cookie's key.
-SESSION_ENGINE = "activate.login_sessions"
+SESSION_ENGINE = "core.login_sessions"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -330,7 +333,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "workers_app.api.errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "core.api.errors.api_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "ACTIVATE API",
@@ -391,7 +394,7 @@ SWEEP_TASKS = (
 )
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {task: {"queue": SWEEP_QUEUE} for task in SWEEP_TASKS}
-CELERY_BEAT_SCHEDULER = "activate.beat:LeasedScheduler"
+CELERY_BEAT_SCHEDULER = "core.beat:LeasedScheduler"
 
 LOGGING = {
     "version": 1,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activate.env import is_published_secret
+from core.env import is_published_secret
 
 from .base import *  # noqa: F403
 from .base import SECRET_KEY, SECRET_KEY_FILE, ConfigurationError, env

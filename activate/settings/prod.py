@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from activate.env import ConfigurationError, EnvReader, is_published_secret
+from core.env import ConfigurationError, EnvReader, is_published_secret
 
 # Before the base settings load: unset, they would make a key of their own in data/.
 if EnvReader().optional_string("ACTIVATE_SECRET_KEY") is None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 
-from activate.env import TEST_SECRET_KEY
+from core.env import TEST_SECRET_KEY
 
 # A fixed key, so that the test run and the processes it starts read each other's encrypted
 # keys; the other settings refuse it.

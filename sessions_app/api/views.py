@@ -16,7 +16,15 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from sessions_app import kinds, services
+from core.api.errors import ApiErrorsMixin
+from core.api.responses import (
+    ANY_SEGMENT,
+    NOT_AUTHENTICATED,
+    NOT_FOUND,
+    ErrorSerializer,
+    Pagination,
+)
+from sessions_app import idle, kinds, services
 from sessions_app.api.serializers import (
     SessionCreateSerializer,
     SessionEventSerializer,
@@ -25,9 +33,6 @@ from sessions_app.api.serializers import (
 )
 from sessions_app.models import Session, SessionEvent
 from sessions_app.statuses import SessionStatus
-from workers_app.api.errors import ApiErrorsMixin
-from workers_app.api.serializers import ErrorSerializer
-from workers_app.api.views import ANY_SEGMENT, NOT_AUTHENTICATED, NOT_FOUND, Pagination
 
 
 def _user(request: Request) -> User:
@@ -114,7 +119,7 @@ class SessionViewSet(
         """Keep an idle session: its idle clock starts again now, and a warning that it is
         about to end is taken back."""
         session = self.get_object()
-        services.keep_session(session, owner=_user(request))
+        idle.keep_session(session, owner=_user(request))
         return Response(SessionSerializer(session).data)
 
     @extend_schema(request=None, responses={202: SessionSerializer, **NOT_FOUND})

@@ -1,6 +1,6 @@
 """The registry of session kinds: every module of this package (but ``base``) defines ``KIND``,
 an instance of ``base.SessionKind``; a new kind is a new module here and a node starter in
-``sessions_app/node/starters/``, and nothing else names it."""
+``node/starters/``, and nothing else names it."""
 
 from __future__ import annotations
 

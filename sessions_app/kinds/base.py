@@ -6,16 +6,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
-from activate.env import EnvReader
+from core.env import EnvReader
+from node import starter_source
 
-if TYPE_CHECKING:
-    from sessions_app.models import Session
-
-STARTERS = Path(__file__).resolve().parent.parent / "node" / "starters"
 Headers = list[tuple[bytes, bytes]]
+
+
+class Session(Protocol):
+    """What a kind reads of a session (the model satisfies it; kinds need not import it)."""
+
+    @property
+    def name(self) -> str: ...
+    def secret(self) -> str: ...
+    @property
+    def url_path(self) -> str: ...
+
+
 # One HTTP request to the session's program through a tunnel, blocking: (method, target, body,
 # extra headers) -> (status, headers, body). Raises OSError (or an SSH error) while it cannot
 # be reached.
@@ -67,8 +75,8 @@ class SessionKind:
 
     @cached_property
     def starter(self) -> str:
-        """The node starter's source (sessions_app/node/starters/<name>.py)."""
-        return (STARTERS / f"{self.name}.py").read_text()
+        """The node starter's source (node/starters/<name>.py)."""
+        return starter_source(self.name)
 
     def starter_options(self, session: Session) -> dict[str, str]:
         """What its starter is told on the command line (never a secret: argv is public)."""

@@ -7,15 +7,11 @@ carries noVNC's WebSocket to it as a byte stream. Nothing secret is in the frame
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from django.template.loader import render_to_string
 
-from sessions_app.kinds.base import NodeRequest, NodeTool, SessionKind
-
-if TYPE_CHECKING:
-    from sessions_app.models import Session
+from sessions_app.kinds.base import NodeRequest, NodeTool, Session, SessionKind
 
 
 class Desktop(SessionKind):

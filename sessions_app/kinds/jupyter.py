@@ -8,12 +8,7 @@ WebSocket (token-authenticated requests need no XSRF cookie), and the owner neve
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from sessions_app.kinds.base import NodeRequest, NodeTool, ProxyLogin, SessionKind
-
-if TYPE_CHECKING:
-    from sessions_app.models import Session
+from sessions_app.kinds.base import NodeRequest, NodeTool, ProxyLogin, Session, SessionKind
 
 
 class Jupyter(SessionKind):

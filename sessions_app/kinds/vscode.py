@@ -3,13 +3,9 @@ the proxy sends; the owner never sees the password)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-from sessions_app.kinds.base import NodeRequest, NodeTool, ProxyLogin, SessionKind
-
-if TYPE_CHECKING:
-    from sessions_app.models import Session
+from sessions_app.kinds.base import NodeRequest, NodeTool, ProxyLogin, Session, SessionKind
 
 COOKIE_NAME = "code-server-session"
 

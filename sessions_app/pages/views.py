@@ -14,12 +14,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from sessions_app import kinds, services
+from core.errors import ParameterError
+from core.pages import login_required_page
+from sessions_app import idle, kinds, services
 from sessions_app.models import Session
 from workers_app.models import Cluster, Environment, Worker
-from workers_app.pages.views import login_required_page
-from workers_app.params import ParameterError
-from workers_app.services import workers_visible_to
 from workers_app.statuses import WorkerStatus
 
 LIST_SIZE = 100
@@ -40,7 +39,7 @@ def _user(request: HttpRequest) -> User:
 
 
 def _connected_workers(user: User) -> list[Worker]:
-    workers = workers_visible_to(user).filter(owner=user, status=WorkerStatus.CONNECTED)
+    workers = Worker.objects.visible_to(user).filter(owner=user, status=WorkerStatus.CONNECTED)
     return list(workers.select_related("cluster").order_by("cluster__name", "name"))
 
 
@@ -134,7 +133,7 @@ def stop(request: HttpRequest, public_id: str) -> HttpResponse:
 @login_required_page
 def keep(request: HttpRequest, public_id: str) -> HttpResponse:
     session = _find(_user(request), public_id)
-    services.keep_session(session, owner=_user(request))
+    idle.keep_session(session, owner=_user(request))
     if request.headers.get("Accept", "").startswith("application/json"):
         return JsonResponse({"kept": session.public_id})
     messages.success(request, f"Session {session.name} kept: its idle clock starts again.")

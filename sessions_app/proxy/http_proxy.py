@@ -13,7 +13,8 @@ import h11
 from django.conf import settings
 from django.shortcuts import resolve_url
 
-from activate.websocket_auth import Scope
+from core.transport.errors import SSHError
+from core.websocket_auth import Scope
 from sessions_app import metrics
 from sessions_app.proxy import headers as headers_for
 from sessions_app.proxy import limits
@@ -27,7 +28,6 @@ from sessions_app.proxy.target import (
 )
 from sessions_app.services import REASON_PROGRAM_ENDED
 from sessions_app.statuses import SessionStatus
-from workers_app.transport.errors import SSHError
 
 
 class SessionHttpProxy:

@@ -12,15 +12,16 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from sessions_app import gate, kinds
+from core.transport.channels import ChannelPipe
+from sessions_app import kinds
 from sessions_app.kinds.base import ProxyLogin, SessionKind
 from sessions_app.models import Session
+from sessions_app.proxy import gate
 from sessions_app.proxy.headers import request_cookies
 from sessions_app.services import check_program, find_session
 from sessions_app.statuses import SessionStatus
-from workers_app.connections import open_tunnel
+from workers_app.cluster_access import open_tunnel
 from workers_app.idle import note_traffic
-from workers_app.transport.channels import ChannelPipe
 
 log = logging.getLogger(__name__)
 

@@ -15,18 +15,12 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
+from core.transport.errors import SSHError
 from sessions_app import metrics
 from sessions_app.proxy import limits
 from sessions_app.proxy.raw_bridge import RawBridge
-from sessions_app.proxy.target import (
-    Target,
-    cookie_header,
-    find_target,
-    open_pipe,
-    program_check,
-)
+from sessions_app.proxy.target import Target, cookie_header, find_target, open_pipe, program_check
 from sessions_app.statuses import SessionStatus
-from workers_app.transport.errors import SSHError
 
 SESSION_NOT_FOUND = 4404
 SESSION_UNAVAILABLE = 4503

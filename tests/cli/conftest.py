@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.api import fixtures
+from tests.workers.api import fixtures
 
 # The API tests' fixtures, found by pytest under these names.
 api_key = fixtures.api_key

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.api.test_request_again import job_spec
 from tests.cli.conftest import Pw
+from tests.workers.api.test_request_again import job_spec
 from workers_app.models import Environment, SavedRequest, Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

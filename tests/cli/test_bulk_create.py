@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.cli.conftest import Pw
-from workers_app import lifecycle
+from workers_app.actions import lifecycle
 from workers_app.models import Environment, Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,8 +7,8 @@ import json
 import pytest
 from django.contrib.auth.models import AbstractUser
 
-from tests.api.test_usage import november  # noqa: F401 - a fixture, found by pytest here
 from tests.cli.conftest import Pw
+from tests.workers.api.test_usage import november  # noqa: F401 - a fixture, found by pytest here
 from workers_app.models import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 
 from tests.cli.conftest import Pw
-from workers_app import lifecycle
+from workers_app.actions import jobs, lifecycle
 from workers_app.models import Environment, Worker
 from workers_app.statuses import WorkerStatus
 
@@ -165,7 +165,7 @@ def test_delete_wait_returns_once_the_scheduler_confirms_the_job_gone(
     running.expect(f"{worker.public_id}: stopping")
     worker.refresh_from_db()
     assert worker.cancel_requested
-    lifecycle.confirm_job_gone(worker)
+    jobs.confirm_job_gone(worker)
     running.expect(f"{worker.public_id}: stopped")
     code, stdout, _ = running.finish()
 

@@ -12,10 +12,10 @@ from django.contrib.auth.models import User
 from harness import cells
 from harness.cluster import SshTarget
 from harness.platform import Platform
+from schedulers import adapter_class
 from tests.platforms import module_platform
-from workers_app import accounts
+from workers_app.actions import cluster_accounts as accounts
 from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField, Worker
-from workers_app.schedulers import adapter_class
 
 shared_platform = module_platform()
 

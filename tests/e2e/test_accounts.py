@@ -15,7 +15,7 @@ from harness.cluster import SshTarget
 from harness.platform import Platform
 from harness.waiting import wait_for
 from tests.e2e.conftest import compute_environment, on_every_scheduler, pw_runner
-from workers_app import accounts
+from workers_app.actions import cluster_accounts as accounts
 from workers_app.models import Cluster, Environment, Worker
 from workers_app.statuses import WorkerStatus
 

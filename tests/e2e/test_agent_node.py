@@ -14,14 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from agents import service as agent_service
+from agents.service import AgentRefused
 from harness.cluster import SshTarget
+from schedulers.base import Phase
 from tests.factories import UserFactory
-from workers_app import jobs, services
-from workers_app.agents import service as agent_service
-from workers_app.agents.service import AgentRefused
-from workers_app.connections import adapter_for_worker
+from workers_app.actions import jobs, requests
+from workers_app.cluster_access import adapter_for_worker
 from workers_app.models import Environment, EnvironmentField, Worker, hash_secret
-from workers_app.schedulers.base import Phase
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
@@ -49,7 +49,7 @@ def environment(db: None, make_cluster, ssh_target: SshTarget) -> Iterator[Envir
 
 def submitted(environment: Environment, **params: str) -> Worker:
     """A worker whose job the platform submitted, not yet polled, holding ``SECRET``."""
-    worker = services.request_worker(
+    worker = requests.request_worker(
         owner=UserFactory(),
         cluster=environment.cluster.name,
         environment=environment.name,

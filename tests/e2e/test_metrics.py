@@ -24,8 +24,8 @@ from websockets.sync.client import connect
 
 from harness.platform import SHIPPED, Platform
 from harness.waiting import wait_for
-from tests.metrics.scraping import samples, value
-from workers_app import services
+from tests.workers.metrics.scraping import samples, value
+from workers_app.actions import deletion, requests
 from workers_app.models import ApiKey, Environment, Worker
 from workers_app.statuses import WorkerStatus
 
@@ -130,7 +130,7 @@ def test_a_worker_s_life_moves_the_counters_the_processes_recorded(
     assert metric(before, "activate_workers", cluster=cluster, status="connected") == 0
     # When a worker is requested and connects
     requested = time.monotonic()
-    worker = services.request_worker(
+    worker = requests.request_worker(
         owner=user, cluster=cluster, environment=environment.name, params={}
     )
     wait_for(lambda: Worker.objects.get(pk=worker.pk).status == S.CONNECTED, timeout=120)
@@ -183,7 +183,7 @@ def test_a_worker_s_life_moves_the_counters_the_processes_recorded(
     assert recorded_here(f"{connected}_count", cluster=cluster) == connected_here
 
     # When the worker is deleted
-    services.delete_worker(worker)
+    deletion.delete_worker(worker)
     wait_for(lambda: Worker.objects.get(pk=worker.pk).status == S.STOPPED, timeout=60)
     after = scrape(platform)
     # Then it is no longer counted, and the attempt to cancel its job is (scancel's answer

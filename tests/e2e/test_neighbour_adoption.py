@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from harness.cluster import SshTarget
-from workers_app import jobs, services
+from workers_app.actions import jobs, requests
 from workers_app.models import Environment, Worker, new_agent_secret
 from workers_app.statuses import WorkerStatus
 
@@ -57,7 +57,7 @@ def job_user(job_id: str) -> str:
 def a_worker_whose_submit_outcome_is_unknown(user: User, environment: Environment) -> Worker:
     """A pending worker whose earlier attempt committed its secret, ran sbatch, and died before
     recording an answer: the next attempt looks its job up by name."""
-    worker = services.request_worker(
+    worker = requests.request_worker(
         owner=user, cluster=environment.cluster.name, environment=environment.name
     )
     _, secret_hash = new_agent_secret()

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from harness.agents import agent_environ, agent_pids
 from harness.waiting import wait_for
 from tests.e2e.test_neighbour_adoption import job_user
-from workers_app import jobs, services
+from workers_app.actions import jobs, requests
 from workers_app.models import Environment, Worker
 
 pytestmark = pytest.mark.slurm
@@ -40,7 +40,7 @@ def running_worker(owners_environment: Environment, user: User) -> Worker:
     submitted with a second one, so its script goes through the batched sbatch loop (scripts on
     the login shell's stdin, never in a file or a command line)."""
     worker, other = (
-        services.request_worker(
+        requests.request_worker(
             owner=user, cluster=owners_environment.cluster.name, environment=owners_environment.name
         )
         for _ in range(2)

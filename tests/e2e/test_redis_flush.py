@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from core.redis_connection import redis_client
 from harness.platform import Platform
 from tests.e2e.test_worker_life import (
     HEARTBEAT_TIMEOUT,
@@ -15,9 +16,8 @@ from tests.e2e.test_worker_life import (
     status_of,
     wait_status,
 )
-from workers_app import services
+from workers_app.actions import deletion
 from workers_app.models import Environment
-from workers_app.redis_connection import redis_client
 from workers_app.statuses import WorkerStatus as S
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
@@ -37,6 +37,6 @@ def test_flushing_redis_stops_no_connected_worker(
     time.sleep(HEARTBEAT_TIMEOUT + 2 * SWEEP_INTERVAL)
     assert [status_of(w) for w in workers] == [S.CONNECTED, S.CONNECTED]
     for worker in workers:
-        services.delete_worker(worker)
+        deletion.delete_worker(worker)
     for worker in workers:
         wait_status(worker, {S.STOPPED}, 60, platform)

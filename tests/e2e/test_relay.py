@@ -26,9 +26,9 @@ from harness.cluster import SshTarget, squeue_names
 from harness.platform import Platform
 from harness.relays import relay_pids, sshd_session_of
 from harness.waiting import wait_for
-from workers_app import services
-from workers_app.agents.relays import relay_tag
+from workers_app.actions import deletion, requests
 from workers_app.models import AgentRelay, AgentRoute, Environment, EnvironmentField, Worker
+from workers_app.relays import relay_tag
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
@@ -137,7 +137,7 @@ def test_agents_told_only_the_relay_connect_and_stay_connected_through_drops(
 
     requested = time.monotonic()
     workers = [
-        services.request_worker(
+        requests.request_worker(
             owner=user, cluster=cluster.name, environment=relay_environment.name
         )
         for _ in range(2)
@@ -202,7 +202,7 @@ def test_agents_told_only_the_relay_connect_and_stay_connected_through_drops(
         f"{relay_repair:.2f}s (heartbeat timeout {HEARTBEAT_TIMEOUT:g}s)"
     )
     for worker in workers:
-        services.delete_worker(worker)
+        deletion.delete_worker(worker)
     wait_for(lambda: statuses(workers) == [S.STOPPED] * 2, timeout=60)
     wait_for(lambda: not set(squeue_names(ssh_target)) & {w.job_name for w in workers}, timeout=60)
 
@@ -504,7 +504,7 @@ def test_a_neighbour_who_takes_the_relays_port_during_a_restart_gets_nothing_of_
     wait_relay_up(relay_environment, platform)
     relay = relay_row(relay_environment)
     workers = [
-        services.request_worker(
+        requests.request_worker(
             owner=user, cluster=cluster.name, environment=relay_environment.name
         )
         for _ in range(2)
@@ -556,6 +556,6 @@ def test_a_neighbour_who_takes_the_relays_port_during_a_restart_gets_nothing_of_
         f"changed status"
     )
     for worker in workers:
-        services.delete_worker(worker)
+        deletion.delete_worker(worker)
     wait_for(lambda: statuses(workers) == [S.STOPPED] * 2, timeout=60)
     wait_for(lambda: not set(squeue_names(ssh_target)) & {w.job_name for w in workers}, timeout=60)

@@ -23,7 +23,7 @@ from harness.cluster import SshTarget, squeue_names
 from harness.platform import FAST_KNOBS, Platform
 from harness.waiting import wait_for
 from tests.e2e.test_relay import HIDDEN_AGENTS_HOST, relay_row, statuses, wait_relay_up
-from workers_app import services
+from workers_app.actions import deletion, requests
 from workers_app.models import AgentRoute, Environment, EnvironmentField, Worker
 from workers_app.statuses import WorkerStatus
 
@@ -193,7 +193,7 @@ def test_a_neighbour_holding_the_relays_connections_leaves_the_owners_worker_bea
     wait_relay_up(relayed_environment, platform)
     relay = relay_row(relayed_environment)
     host, _, port = relay.address.rpartition(":")
-    worker = services.request_worker(
+    worker = requests.request_worker(
         owner=user, cluster=cluster.name, environment=relayed_environment.name
     )
     try:
@@ -251,13 +251,13 @@ def test_a_neighbour_holding_the_relays_connections_leaves_the_owners_worker_bea
         f"the relay answered in {min(probes):.3f} to {max(probes):.3f}s; recorded: "
         f"{shed_noted[:160]}"
     )
-    services.delete_worker(worker)
+    deletion.delete_worker(worker)
     wait_for(lambda: statuses([worker]) == [S.STOPPED], timeout=60)
     wait_for(lambda: worker.job_name not in squeue_names(ssh_target), timeout=60)
 
 
 def connected_worker(environment: Environment, owner, platform: Platform) -> Worker:
-    worker = services.request_worker(
+    worker = requests.request_worker(
         owner=owner, cluster=environment.cluster.name, environment=environment.name
     )
     try:

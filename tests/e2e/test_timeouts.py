@@ -13,7 +13,7 @@ from harness.cluster import SshTarget
 from harness.platform import FAST_KNOBS, Platform
 from harness.waiting import wait_for
 from tests.e2e.conftest import on_every_scheduler
-from workers_app import lifecycle
+from workers_app.actions import lifecycle
 from workers_app.models import ApiKey, Cluster, Environment, EnvironmentField, Worker
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]

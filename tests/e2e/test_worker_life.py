@@ -7,15 +7,15 @@ import time
 
 import pytest
 
+from core.redis_connection import redis_client
 from harness.agents import freeze_agent
 from harness.cells import Cell
 from harness.cluster import SshTarget
 from harness.platform import FAST_KNOBS, Platform
 from harness.waiting import wait_for
 from tests.e2e.conftest import on_every_scheduler
-from workers_app import services
+from workers_app.actions import deletion, requests
 from workers_app.models import Environment, EnvironmentField, Worker
-from workers_app.redis_connection import redis_client
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
@@ -32,7 +32,7 @@ def status_of(worker: Worker) -> str:
 
 
 def request(environment: Environment, user, **params: str) -> Worker:
-    return services.request_worker(
+    return requests.request_worker(
         owner=user,
         cluster=environment.cluster.name,
         environment=environment.name,
@@ -118,7 +118,7 @@ def test_deleting_a_worker_pending_queued_or_connected_leaves_no_job(
     assert just_requested.status == S.PENDING
     workers = (connected, held, just_requested)
     for worker in workers:
-        services.delete_worker(worker)
+        deletion.delete_worker(worker)
     for worker in workers:
         wait_status(worker, {S.STOPPED}, 60, platform)
     names = {worker.job_name for worker in workers}

@@ -1,7 +1,7 @@
 """Nothing replayable at rest in the database: someone who reads every row of every table
 (after a real login, an API key used and an agent's connect) tries every text value as the
 platform's login cookie, an API key and the worker's agent key. The platform refuses each.
-Django's session table keeps only a hash of each session key (activate/login_sessions.py)."""
+Django's session table keeps only a hash of each session key (core/login_sessions.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from django.contrib.sessions.models import Session
 from django.db import models
 from django.test import Client
 
-from activate.login_sessions import SessionStore, stored_key
+from core.login_sessions import SessionStore, stored_key
 from harness.agents import SignedAgent
-from tests.heartbeats.signed import django_post, worker_with_key
+from tests.agents.heartbeats.signed import django_post, worker_with_key
 from workers_app.models import ApiKey
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,8 +5,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from core import redis_connection, sweep_lag
 from tests.factories import ClusterFactory
-from workers_app import redis_connection, sweep_lag
 from workers_app.models import Cluster
 
 PEM = (

@@ -123,7 +123,7 @@ def test_a_login_session_key_is_found_by_what_the_session_table_keeps_of_it(db: 
     # Given a browser login whose key the table keeps only as a truncated hash
     from django.contrib.sessions.models import Session as PlatformSession
 
-    from activate.login_sessions import SessionStore
+    from core.login_sessions import SessionStore
 
     store = SessionStore()
     store["seen"] = True

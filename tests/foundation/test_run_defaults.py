@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from activate.env import PUBLISHED_SECRET_KEYS, TEST_SECRET_KEY, is_published_secret
+from core.env import PUBLISHED_SECRET_KEYS, TEST_SECRET_KEY, is_published_secret
 
 REPO = Path(__file__).resolve().parents[2]
 # What a process of `make run` sees: its settings, and the page an unknown URL gets.

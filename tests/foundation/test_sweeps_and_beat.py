@@ -13,13 +13,13 @@ from celery import Celery
 from django.conf import settings
 from django.test import Client
 
-from activate import beat
-from activate.beat import BeatLease, LeasedScheduler, lease_key
 from activate.celery import app
+from core import beat, sweep_lag
+from core.beat import BeatLease, LeasedScheduler, lease_key
+from core.redis_connection import redis_client
 from harness.platform import Platform
 from harness.waiting import wait_until
-from workers_app import sweep_lag, tasks
-from workers_app.redis_connection import redis_client
+from workers_app import tasks
 
 LEASE = 1.0
 
@@ -89,7 +89,7 @@ def test_the_standby_takes_over_within_a_lease_when_the_holder_dies(
 
 
 def test_the_settings_keep_a_sweep_interval_below_the_gap_between_two_holders_sends() -> None:
-    # settings/base.py cannot import activate.beat; the share it checks must match beat.py's.
+    # settings/base.py cannot import core.beat; the share it checks must match beat.py's.
     source = (Path(__file__).parents[2] / "activate" / "settings" / "base.py").read_text()
     gap = beat.KEY_SHARE - beat.RENEW_SHARE
     assert f"{gap:g} * ACTIVATE_BEAT_LEASE" in source

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from activate import watchdog
+from core import watchdog
 
 
 class FakeControl:

@@ -13,10 +13,11 @@ from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
+from core import statemachine
 from notices_app import services
 from notices_app.models import Notice, NoticePrefs
 from tests.factories import ClusterFactory, WorkerFactory
-from workers_app import lifecycle, statemachine
+from workers_app.actions import lifecycle
 from workers_app.models import Worker
 from workers_app.statuses import WorkerStatus
 

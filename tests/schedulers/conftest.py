@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.transport.conftest import ssh  # noqa: F401 (the fixture, for the adapters' tests)
-from workers_app.connections import close_all_connections
-from workers_app.schedulers.base import CommandResult, JobInfo, Phase, SchedulerAdapter
+from schedulers.base import CommandResult, JobInfo, Phase, SchedulerAdapter
+from tests.core.transport.conftest import ssh  # noqa: F401 (the fixture, for the adapters' tests)
+from workers_app.cluster_access import close_all_connections
 
 DATA = Path(__file__).parent / "data"
 

@@ -14,13 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from node import activate_agent, agent_source
+from schedulers import adapter_class, names
+from schedulers.base import JobSpec, SchedulerAdapter
+from schedulers.host import HostAdapter
+from schedulers.pbs import PbsAdapter
+from schedulers.slurm import SlurmAdapter
 from tests.schedulers.conftest import FakeRunner, data, ok
-from workers_app.node import activate_agent, agent_source
-from workers_app.schedulers import ADAPTERS
-from workers_app.schedulers.base import JobSpec, SchedulerAdapter
-from workers_app.schedulers.host import HostAdapter
-from workers_app.schedulers.pbs import PbsAdapter
-from workers_app.schedulers.slurm import SlurmAdapter
 
 # -- wall time ------------------------------------------------------------------------------
 
@@ -75,21 +75,22 @@ def test_each_scheduler_writes_wall_times_in_its_own_format(
     assert adapter.format_walltime(seconds) == written
 
 
-@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+@pytest.mark.parametrize("scheduler", names())
 @pytest.mark.parametrize("seconds", [1, 59, 3600, 4 * 3600 + 61, 86400, 29 * 86400 + 7])
 def test_a_written_wall_time_passes_the_field_and_reads_back_the_same(
-    kind: str, seconds: int
+    scheduler: str, seconds: int
 ) -> None:
-    adapter = ADAPTERS[kind](FakeRunner())
+    adapter = adapter_class(scheduler)(FakeRunner())
     [walltime] = [f for f in adapter.default_fields() if f.name == "walltime"]
     written = adapter.format_walltime(seconds)
     assert re.fullmatch(walltime.pattern, written)
     assert adapter.parse_walltime(written) == seconds
 
 
-@pytest.mark.parametrize("kind", sorted(ADAPTERS))
-def test_the_wall_time_field_proposes_one_hour_in_the_schedulers_words(kind: str) -> None:
-    [walltime] = [f for f in ADAPTERS[kind](FakeRunner()).default_fields() if f.name == "walltime"]
+@pytest.mark.parametrize("scheduler", names())
+def test_the_wall_time_field_proposes_one_hour_in_the_schedulers_words(scheduler: str) -> None:
+    adapter = adapter_class(scheduler)(FakeRunner())
+    [walltime] = [f for f in adapter.default_fields() if f.name == "walltime"]
     assert (walltime.default, walltime.example) == ("01:00:00", "04:00:00")
 
 
@@ -127,7 +128,7 @@ AGENT_KEY = "s3cret"
 
 
 def agent_job(url: str) -> JobSpec:
-    # The agent as the platform's job scripts run it (workers_app.jobs.job_spec).
+    # The agent as the platform's job scripts run it (workers_app.actions.jobs.job_spec).
     return JobSpec(
         name="pw-worker-w1",
         partition="",
@@ -173,7 +174,7 @@ def test_a_host_job_script_carries_its_own_id_to_the_agent(
     platform: tuple[str, list[dict[str, str]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, connects = platform
-    monkeypatch.setattr("workers_app.schedulers.host.new_job_id", lambda: "20261203120000-0a1b2c3d")
+    monkeypatch.setattr("schedulers.host.new_job_id", lambda: "20261203120000-0a1b2c3d")
     runner = FakeRunner().on("sh", ok("submitted 20261203120000-0a1b2c3d\n"))
     assert HostAdapter(runner).submit(agent_job(url)) == "20261203120000-0a1b2c3d"
     [(_, script)] = runner.calls

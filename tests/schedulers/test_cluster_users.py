@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from core.transport.connection import SSHConnection
+from core.transport.errors import AuthenticationFailed
 from harness.cluster import SshTarget
-from tests.transport.conftest import connection_to
-from workers_app.transport.connection import SSHConnection
-from workers_app.transport.errors import AuthenticationFailed
+from tests.core.transport.conftest import connection_to
 
 pytestmark = pytest.mark.slurm
 

@@ -10,18 +10,18 @@ import time
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from core.transport.errors import HostKeyMismatch
+from schedulers.slurm import SlurmAdapter
+from tests.core.transport.test_connection import CLOSED_PORT, public_line
 from tests.foundation.test_structure import modules
-from tests.transport.test_connection import CLOSED_PORT, public_line
-from workers_app import connections
-from workers_app.accounts import connect_account
-from workers_app.connections import (
+from workers_app import cluster_access as connections
+from workers_app.actions.cluster_accounts import connect_account
+from workers_app.cluster_access import (
     adapter_for,
     close_idle_connections,
     connection_for,
     new_connection,
 )
-from workers_app.schedulers.slurm import SlurmAdapter
-from workers_app.transport.errors import HostKeyMismatch
 
 pytestmark = pytest.mark.slurm
 
@@ -108,7 +108,7 @@ def test_every_ssh_connection_of_the_platform_is_built_by_connections() -> None:
                 or (isinstance(node.func, ast.Attribute) and node.func.attr == "SSHConnection")
             ):
                 builders.add(name)
-    assert builders == {"workers_app.connections"}
+    assert builders == {"workers_app.cluster_access"}
 
 
 def test_a_connection_of_its_own_is_not_the_shared_one(make_cluster, user, ssh_target) -> None:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from core.transport.commands import CommandResult
+from core.transport.errors import HostKeyMismatch
 from harness.platform import free_port
 from harness.waiting import wait_until
-from workers_app.connections import close_all_connections, connection_for
-from workers_app.transport.commands import CommandResult
-from workers_app.transport.errors import HostKeyMismatch
+from workers_app.cluster_access import close_all_connections, connection_for
 
 pytestmark = pytest.mark.slurm
 

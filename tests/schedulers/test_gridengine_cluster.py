@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from core.transport.connection import SSHConnection
 from harness.cells import GRIDENGINE_SPOOL, cell
 from harness.waiting import wait_for as poll_until
+from schedulers.base import JobInfo, JobSpec, Phase, QueryFailed, SchedulerError
+from schedulers.gridengine import GridEngineAdapter
 from tests.conftest import SshTarget
 from tests.schedulers.conftest import has_ended, is_running, wait_for
-from workers_app.schedulers.base import JobInfo, JobSpec, Phase, QueryFailed, SchedulerError
-from workers_app.schedulers.gridengine import GridEngineAdapter
-from workers_app.transport.connection import SSHConnection
 
 pytestmark = pytest.mark.slurm
 

@@ -7,9 +7,8 @@ import shlex
 
 import pytest
 
-from tests.schedulers.conftest import FakeRunner, data, failed, ok
-from workers_app.schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
-from workers_app.schedulers.gridengine import (
+from schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
+from schedulers.gridengine import (
     GridEngineAdapter,
     parse_qacct,
     parse_qstat,
@@ -17,6 +16,7 @@ from workers_app.schedulers.gridengine import (
     parse_queue_summary,
     state_of,
 )
+from tests.schedulers.conftest import FakeRunner, data, failed, ok
 
 
 def test_running_and_held_jobs_of_qstat_xml() -> None:

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from core.transport.connection import SSHConnection
 from harness.waiting import wait_until
+from schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
+from schedulers.host import HostAdapter, parse_header, parse_listing
 from tests.schedulers.conftest import FakeRunner, failed, has_ended, is_running, ok, wait_for
-from workers_app.schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
-from workers_app.schedulers.host import HostAdapter, parse_header, parse_listing
-from workers_app.transport.connection import SSHConnection
 
 HOSTILE = 'it\'s "quoted" $(touch ~/pwned) `id` ; rm -rf ~ \n second line \\ end'
 

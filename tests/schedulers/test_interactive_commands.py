@@ -7,11 +7,11 @@ import shlex
 
 import pytest
 
+from schedulers.base import SchedulerError
+from schedulers.host import HostAdapter
+from schedulers.pbs import PbsAdapter
+from schedulers.slurm import SlurmAdapter
 from tests.schedulers.conftest import FakeRunner, data, ok
-from workers_app.schedulers.base import SchedulerError
-from workers_app.schedulers.host import HostAdapter
-from workers_app.schedulers.pbs import PbsAdapter
-from workers_app.schedulers.slurm import SlurmAdapter
 
 
 def test_slurm_opens_a_pty_step_in_the_job_with_the_users_own_login_shell() -> None:

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
+from schedulers.pbs import PbsAdapter, parse_partitions
 from tests.schedulers.conftest import FakeRunner, data, failed, ok
-from workers_app.schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
-from workers_app.schedulers.pbs import PbsAdapter, parse_partitions
 
 ALL_JOBS = [f"{n}.pbs01" for n in range(1001, 1014)]
 

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.schedulers.conftest import FakeRunner, ok
-from workers_app.schedulers import slurm
-from workers_app.schedulers.base import JobSpec, SchedulerError, SchedulerUnavailable
-from workers_app.schedulers.slurm import (
+from schedulers import slurm
+from schedulers.base import JobSpec, SchedulerError, SchedulerUnavailable
+from schedulers.slurm import (
     SUBMIT_COMMAND,
     SUBMIT_MARKER,
     SUBMIT_PROGRAM,
     SlurmAdapter,
     parse_submit_loop,
 )
+from tests.schedulers.conftest import FakeRunner, ok
 
 
 @pytest.fixture(autouse=True)

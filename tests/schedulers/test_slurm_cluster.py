@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from core.transport.connection import SSHConnection
+from schedulers import slurm as slurm_module
+from schedulers.base import JobSpec, Phase, SchedulerError
+from schedulers.slurm import SUBMIT_PARALLEL, SlurmAdapter
 from tests.conftest import SshTarget
 from tests.schedulers.conftest import has_ended, is_running, wait_for
-from workers_app.schedulers import slurm as slurm_module
-from workers_app.schedulers.base import JobSpec, Phase, SchedulerError
-from workers_app.schedulers.slurm import SUBMIT_PARALLEL, SlurmAdapter
-from workers_app.transport.connection import SSHConnection
 
 pytestmark = pytest.mark.slurm
 

@@ -8,9 +8,8 @@ import subprocess
 
 import pytest
 
-from tests.schedulers.conftest import FakeRunner, data, failed, ok
-from workers_app.schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
-from workers_app.schedulers.slurm import (
+from schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
+from schedulers.slurm import (
     STATES,
     WALLTIME_PATTERN,
     SlurmAdapter,
@@ -19,6 +18,7 @@ from workers_app.schedulers.slurm import (
     parse_sinfo,
     parse_squeue,
 )
+from tests.schedulers.conftest import FakeRunner, data, failed, ok
 
 # squeue(1) "JOB STATE CODES", Slurm 22.05-24.x.
 DOCUMENTED_STATES = [

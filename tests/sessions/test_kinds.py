@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from sessions_app import gate, kinds
-from sessions_app.kinds.base import STARTERS
+from node import STARTERS_PATH as STARTERS
+from sessions_app import kinds
 from sessions_app.launch import BOOTSTRAP, LAUNCHER
+from sessions_app.proxy import gate
 from tests.sessions.test_session_rules import api, connected_worker
 
 pytestmark = pytest.mark.django_db

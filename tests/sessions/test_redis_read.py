@@ -23,16 +23,16 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 
+from core.redis_connection import redis_client
 from harness.agents import SignedAgent
 from harness.platform import Platform
 from sessions_app.models import Session
-from sessions_app.origins import COOKIE, HANDOFF_PATH, STATE_COOKIE
+from sessions_app.proxy.origins import COOKIE, HANDOFF_PATH, STATE_COOKIE
 from sessions_app.statuses import SessionStatus
 from tests.factories import WorkerFactory
-from workers_app import lifecycle
-from workers_app.agents.signing import issue_agent_key
+from workers_app.actions import lifecycle
+from workers_app.agent_keys import issue_agent_key
 from workers_app.models import ApiKey, Worker
-from workers_app.redis_connection import redis_client
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 

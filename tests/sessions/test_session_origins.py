@@ -18,7 +18,7 @@ from django.conf import settings
 from django.test import Client
 
 from activate.asgi import application
-from sessions_app.origins import without_credentials
+from sessions_app.proxy.origins import without_credentials
 from sessions_app.statuses import SessionStatus
 from tests.sessions.test_session_rules import connected_worker, session_on
 

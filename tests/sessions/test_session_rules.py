@@ -14,16 +14,16 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from activate.asgi import application
+from core.transport.errors import SSHError
 from sessions_app import lifecycle, services
 from sessions_app.models import Session, SessionEvent
 from sessions_app.proxy.target import cookie_header
 from sessions_app.statuses import FINISHED, TRANSITIONS, SessionStatus, can_transition
 from tests.factories import WorkerFactory
-from workers_app import lifecycle as worker_lifecycle
-from workers_app import services as worker_services
+from workers_app.actions import lifecycle as worker_lifecycle
+from workers_app.actions.deletion import delete_worker
 from workers_app.models import ApiKey, Worker
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.errors import SSHError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = SessionStatus
@@ -81,7 +81,7 @@ def test_a_disconnected_worker_fails_its_sessions_and_an_ended_job_ends_them(use
 def test_deleting_a_worker_ends_its_sessions(user: Any) -> None:
     worker = connected_worker(user)
     session = session_on(worker, status=S.RUNNING)
-    worker_services.delete_worker(worker)
+    delete_worker(worker)
     session.refresh_from_db()
     assert (session.status, session.status_reason) == (S.ENDED, "Its worker was deleted")
 

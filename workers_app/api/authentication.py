@@ -14,9 +14,10 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
+from core.api.bearer import KEYWORD
 from workers_app.models import ApiKey, hash_secret
 
-KEYWORD = "Bearer"
+__all__ = ["KEYWORD", "ApiKeyAuthentication", "user_for_api_key"]
 # last_used_at answers "is this key still in use?"; writing it on every request would turn
 # each read into a write, so it moves only when it is older than this.
 LAST_USED_RESOLUTION = timedelta(minutes=5)

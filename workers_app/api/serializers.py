@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from workers_app import idle
+from workers_app.actions.requests import BULK_MAX, NAME_MAX
 from workers_app.models import (
     AgentRelay,
     Cluster,
@@ -20,19 +21,7 @@ from workers_app.models import (
     Worker,
     WorkerEvent,
 )
-from workers_app.services import BULK_MAX, NAME_MAX
 from workers_app.statuses import WorkerStatus
-
-
-class ErrorSerializer(serializers.Serializer[None]):
-    """The body of every error answer (documentation only)."""
-
-    field = serializers.CharField(
-        required=False,
-        allow_null=True,
-        help_text="On 400: the input that is wrong, or null if the request as a whole is.",
-    )
-    detail = serializers.CharField()
 
 
 class UserSerializer(serializers.Serializer[Any]):

@@ -1,4 +1,4 @@
-"""The REST API: thin views over workers_app.services.
+"""The REST API: thin views over workers_app.actions.
 
 Visibility: a user sees their own workers (staff: everyone's), and a finished worker only until
 ACTIVATE_PURGE_AFTER has passed; lists, GET, DELETE and events all follow that one rule, so any
@@ -25,14 +25,24 @@ from drf_spectacular.utils import (
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from workers_app import accounts, services, usage
-from workers_app.api.errors import ApiErrorsMixin
+from core.api.errors import ApiErrorsMixin
+from core.api.responses import (
+    ANY_SEGMENT,
+    NOT_AUTHENTICATED,
+    NOT_FOUND,
+    ErrorSerializer,
+    Pagination,
+)
+from core.transport.errors import SSHError
+from schedulers.base import QueryFailed, SchedulerError
+from workers_app import idle
+from workers_app.actions import NotOwner, commands, deletion, requests, usage
+from workers_app.actions import cluster_accounts as accounts
 from workers_app.api.serializers import (
     ClusterAccountCreateSerializer,
     ClusterAccountSerializer,
@@ -40,7 +50,6 @@ from workers_app.api.serializers import (
     CommandRequestSerializer,
     CommandResultSerializer,
     EnvironmentSerializer,
-    ErrorSerializer,
     SavedRequestCreateSerializer,
     SavedRequestSerializer,
     UsageSerializer,
@@ -58,17 +67,12 @@ from workers_app.models import (
     Worker,
     WorkerEvent,
 )
-from workers_app.schedulers.base import QueryFailed, SchedulerError
 from workers_app.statuses import WorkerStatus
-from workers_app.transport.errors import SSHError
 
 # Any path segment reaches the view, so an unknown name or id is the API's JSON 404 rather
 # than the router's HTML one.
-ANY_SEGMENT = "[^/]+"
 IDEMPOTENCY_KEY_MAX = 255
 STATE_FIELDS = [f.attname for f in Worker._meta.concrete_fields if not f.is_relation]
-NOT_AUTHENTICATED = {401: ErrorSerializer}
-NOT_FOUND = {401: ErrorSerializer, 404: ErrorSerializer}
 
 
 def _user(request: Request) -> User:
@@ -95,10 +99,6 @@ CREATED = PolymorphicProxySerializer(
 
 def _batch(workers: list[Worker]) -> dict[str, Any]:
     return {"count": len(workers), "workers": WorkerSerializer(workers, many=True).data}
-
-
-class Pagination(LimitOffsetPagination):
-    max_limit = 1000
 
 
 class MeView(ApiErrorsMixin, APIView):
@@ -288,7 +288,7 @@ class WorkerViewSet(
     queryset = Worker.objects.all()
 
     def get_queryset(self) -> QuerySet[Worker]:
-        workers = services.workers_visible_to(_user(self.request))
+        workers: QuerySet[Worker] = Worker.objects.visible_to(_user(self.request))
         if self.action == "list":
             workers = self._filter(workers, self.request.query_params)
         return workers.select_related("cluster", "environment").order_by("-created_at", "-id")
@@ -335,17 +335,17 @@ class WorkerViewSet(
         body = WorkerCreateSerializer(data=request.data)
         if isinstance(request.data, dict) and "count" in request.data:
             return self._create_many(owner, key, body)
-        if key and (earlier := services.worker_requested_with(owner, key)) is not None:
+        if key and (earlier := requests.worker_requested_with(owner, key)) is not None:
             return Response(WorkerSerializer(earlier).data, status=status.HTTP_200_OK)
         body.is_valid(raise_exception=True)
-        worker = services.request_worker(owner=owner, idempotency_key=key, **body.validated_data)
+        worker = requests.request_worker(owner=owner, idempotency_key=key, **body.validated_data)
         return Response(WorkerSerializer(worker).data, status=status.HTTP_201_CREATED)
 
     def _create_many(self, owner: User, key: str, body: WorkerCreateSerializer) -> Response:
-        if key and (earlier := services.workers_requested_with(owner, key)):
+        if key and (earlier := requests.workers_requested_with(owner, key)):
             return Response(_batch(earlier), status=status.HTTP_200_OK)
         body.is_valid(raise_exception=True)
-        workers = services.request_workers(owner=owner, idempotency_key=key, **body.validated_data)
+        workers = requests.request_workers(owner=owner, idempotency_key=key, **body.validated_data)
         return Response(_batch(workers), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={202: WorkerSerializer, **NOT_FOUND})
@@ -356,7 +356,7 @@ class WorkerViewSet(
         ``stopped`` if no job was submitted yet. Deleting a finished worker changes nothing.
         """
         worker = self.get_object()
-        services.delete_worker(worker)
+        deletion.delete_worker(worker)
         # Not the relations: the joined cluster and environment stay loaded for the answer.
         worker.refresh_from_db(fields=STATE_FIELDS)
         return Response(WorkerSerializer(worker).data, status=status.HTTP_202_ACCEPTED)
@@ -380,11 +380,11 @@ class WorkerViewSet(
         worker = self.get_object()
         key = _idempotency_key(request)
         owner = _user(request)
-        if key and (earlier := services.worker_requested_with(owner, key)) is not None:
+        if key and (earlier := requests.worker_requested_with(owner, key)) is not None:
             return Response(WorkerSerializer(earlier).data, status=status.HTTP_200_OK)
         try:
-            again = services.request_again(worker, owner=owner, idempotency_key=key)
-        except services.NotOwner as exc:
+            again = requests.request_again(worker, owner=owner, idempotency_key=key)
+        except NotOwner as exc:
             return Response({"field": None, "detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         return Response(WorkerSerializer(again).data, status=status.HTTP_201_CREATED)
 
@@ -397,8 +397,8 @@ class WorkerViewSet(
         to be deleted is taken back."""
         worker = self.get_object()
         try:
-            services.keep_worker(worker, owner=_user(request))
-        except services.NotOwner as exc:
+            idle.keep_worker(worker, owner=_user(request))
+        except NotOwner as exc:
             return Response({"field": None, "detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         return Response(WorkerSerializer(worker).data)
 
@@ -437,12 +437,12 @@ class WorkerViewSet(
         body = CommandRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            result = services.run_on_worker(
+            result = commands.run_on_worker(
                 worker, body.validated_data["command"], user=_user(request)
             )
-        except services.WorkerNotReady as exc:
+        except commands.WorkerNotReady as exc:
             return Response({"field": None, "detail": str(exc)}, status=status.HTTP_409_CONFLICT)
-        except services.TooManyCommands as exc:
+        except commands.TooManyCommands as exc:
             return Response(
                 {"field": None, "detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS
             )
@@ -483,7 +483,7 @@ class SavedRequestViewSet(
     queryset = SavedRequest.objects.all()
 
     def get_queryset(self) -> QuerySet[SavedRequest]:
-        return services.saved_requests_of(_user(self.request))
+        return requests.saved_requests_of(_user(self.request))
 
     @extend_schema(
         request=SavedRequestCreateSerializer,
@@ -499,12 +499,12 @@ class SavedRequestViewSet(
         The fields are checked now, as a request would be, and kept with defaults filled in."""
         body = SavedRequestCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        saved, created = services.save_request(owner=_user(request), **body.validated_data)
+        saved, created = requests.save_request(owner=_user(request), **body.validated_data)
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(SavedRequestSerializer(saved).data, status=code)
 
     @extend_schema(request=None, responses={204: None, **NOT_FOUND})
     def destroy(self, request: Request, **kwargs: str) -> Response:
         """Forget a saved request (workers requested from it are not touched)."""
-        services.delete_saved_request(self.get_object())
+        requests.delete_saved_request(self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)

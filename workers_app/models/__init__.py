@@ -11,7 +11,6 @@ from workers_app.models.clusters import (
     ClusterAccount,
     Reachability,
     RelayState,
-    SchedulerKind,
 )
 from workers_app.models.environments import (
     Environment,
@@ -47,7 +46,6 @@ __all__ = [
     "Reachability",
     "RelayState",
     "SavedRequest",
-    "SchedulerKind",
     "TerminalRecord",
     "UsageCap",
     "Worker",

@@ -9,15 +9,9 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from workers_app.keystore import decrypt_private_key, encrypt_private_key
+import schedulers
+from core.keystore import decrypt_private_key, encrypt_private_key
 from workers_app.models.idle import idle_minutes_field
-
-
-class SchedulerKind(models.TextChoices):
-    SLURM = "slurm", "Slurm"
-    PBS = "pbs", "PBS Pro"
-    GRIDENGINE = "gridengine", "Grid Engine"
-    HOST = "host", "Plain host (no scheduler)"
 
 
 class Reachability(models.TextChoices):
@@ -54,7 +48,8 @@ class Cluster(models.Model):
     host_key = models.TextField(
         blank=True, help_text='Pinned host key, e.g. "ssh-ed25519 AAAA...". Required to connect.'
     )
-    scheduler = models.CharField(max_length=16, choices=SchedulerKind.choices)
+    # One of the registry's schedulers (a callable: a new scheduler needs no migration).
+    scheduler = models.CharField(max_length=schedulers.NAME_MAX_LENGTH, choices=schedulers.choices)
     reachability = models.CharField(
         max_length=16, choices=Reachability.choices, default=Reachability.UNKNOWN
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -25,6 +26,13 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
         """What lists show: live workers, and finished ones until they are purged from view."""
         cutoff = now - timedelta(seconds=settings.ACTIVATE_PURGE_AFTER)
         return self.filter(~Q(status__in=FINISHED) | Q(finished_at__gt=cutoff))
+
+    def visible_to(self, user: User, now: datetime | None = None) -> WorkerQuerySet:
+        """What a user's lists show: their own (staff: everyone's), minus long-finished workers."""
+        workers = self.visible(now or timezone.now())
+        if not getattr(user, "is_staff", False):
+            workers = workers.filter(owner=user)
+        return workers
 
     def overdue(self, status: WorkerStatus, now: datetime) -> WorkerQuerySet:
         return self.filter(status=status, deadline_at__lte=now).order_by("deadline_at")

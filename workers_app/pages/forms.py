@@ -1,4 +1,4 @@
-"""Forms of the browser UI. The services validate; these forms only collect and place errors."""
+"""Forms of the browser UI. The actions validate; these forms only collect and place errors."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 from django import forms
 
+from core.errors import ParameterError
 from workers_app import idle
+from workers_app.actions.requests import BULK_MAX
 from workers_app.models import Cluster, Environment, EnvironmentField, FieldKind, Reachability
-from workers_app.params import ParameterError
-from workers_app.services import BULK_MAX
 
 NAME_MAX = 128
 PARAM_PREFIX = "param_"

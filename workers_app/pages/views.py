@@ -1,39 +1,33 @@
-"""The browser UI: thin views over workers_app.services and workers_app.accounts.
+"""The browser UI: thin views over the actions (workers_app/actions).
 
 Each page that names a worker or an account looks it up through the per-user querysets
-(``services.workers_visible_to``, the user's own accounts and keys), so anything of another
+(``Worker.objects.visible_to``, the user's own accounts and keys), so anything of another
 user's is a 404. Requests made by htmx get fragments; the same URLs serve whole pages to a
 browser without JavaScript.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from functools import wraps
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from workers_app import accounts, idle, services, usage
-from workers_app.models import (
-    ApiKey,
-    Cluster,
-    ClusterAccount,
-    Environment,
-    TerminalRecord,
-    Worker,
-)
+from core.errors import ParameterError
+from core.pages import is_htmx, login_required_page, navigate
+from workers_app import idle
+from workers_app.actions import cluster_accounts as accounts
+from workers_app.actions import deletion, requests, usage
+from workers_app.models import ApiKey, Cluster, ClusterAccount, Environment, TerminalRecord, Worker
 from workers_app.pages.forms import (
     ApiKeyForm,
     ClusterGroup,
@@ -42,43 +36,11 @@ from workers_app.pages.forms import (
     environment_groups,
 )
 from workers_app.pages.rows import WorkerRow
-from workers_app.params import ParameterError
 from workers_app.statuses import WorkerStatus
 from workers_app.terminals.kept import KEEP_NAME
 
 PAGE_SIZE = 50
 NEW_API_KEY = "pages-new-api-key"
-
-View = Callable[..., HttpResponseBase]
-
-
-def is_htmx(request: HttpRequest) -> bool:
-    return request.headers.get("HX-Request") == "true"
-
-
-def navigate(request: HttpRequest, url: str) -> HttpResponse:
-    """Go to ``url``: a redirect, or for htmx a full navigation (out of any dialog)."""
-    if is_htmx(request):
-        response = HttpResponse()
-        response["HX-Redirect"] = url
-        return response
-    return redirect(url)
-
-
-def login_required_page(view: View) -> View:
-    """login_required that also covers htmx: a poll from a logged-out browser loads the login
-    page as a whole page instead of swapping the login form into a table."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        if request.user.is_authenticated:
-            return view(request, *args, **kwargs)
-        if is_htmx(request):
-            current = request.headers.get("HX-Current-URL", reverse("pages:workers"))
-            return navigate(request, redirect_to_login(current).url)
-        return redirect_to_login(request.get_full_path())
-
-    return wrapped
 
 
 def _user(request: HttpRequest) -> User:
@@ -98,7 +60,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 def _workers_context(request: HttpRequest) -> dict[str, Any]:
     user = _user(request)
-    workers = services.workers_visible_to(user).select_related("cluster", "environment", "owner")
+    workers = Worker.objects.visible_to(user).select_related("cluster", "environment", "owner")
     page = Paginator(workers, PAGE_SIZE).get_page(request.GET.get("page"))
     now = timezone.now()
     kept: dict[int, set[str]] = {}
@@ -152,13 +114,13 @@ def _request_form_setup(
 
 def _render_request(request: HttpRequest, form: RequestWorkerForm) -> HttpResponse:
     template = "_request_form.html" if is_htmx(request) else "request.html"
-    saved = services.saved_requests_of(_user(request))
+    saved = requests.saved_requests_of(_user(request))
     return render(request, f"workers_app/workers/{template}", {"form": form, "saved": saved})
 
 
 def _empty_request_form(request: HttpRequest) -> RequestWorkerForm:
     """The dialog as first shown: the environment asked for, or a saved request's settings."""
-    saved = services.saved_requests_of(_user(request)).filter(name=request.GET.get("saved", ""))
+    saved = requests.saved_requests_of(_user(request)).filter(name=request.GET.get("saved", ""))
     chosen = saved.first()
     wanted = str(chosen.environment_id) if chosen else request.GET.get("environment")
     groups, selected = _request_form_setup(request, wanted)
@@ -191,10 +153,10 @@ def request_worker(request: HttpRequest) -> HttpResponse:
             if save_as := form.cleaned_data["save_as"]:
                 _save_request(asked, save_as)
             if count == 1:
-                worker = services.request_worker(**asked, idle_minutes=idle_minutes)
+                worker = requests.request_worker(**asked, idle_minutes=idle_minutes)
                 done = f"Worker {worker.name} requested."
             else:
-                services.request_workers(**asked, count=count, idle_minutes=idle_minutes)
+                requests.request_workers(**asked, count=count, idle_minutes=idle_minutes)
                 done = f"{count} workers requested."
         except ParameterError as exc:
             form.add_parameter_error(exc)
@@ -206,7 +168,7 @@ def request_worker(request: HttpRequest) -> HttpResponse:
 
 def _save_request(asked: dict[str, Any], save_as: str) -> None:
     try:
-        services.save_request(
+        requests.save_request(
             owner=asked["owner"],
             name=save_as,
             cluster=asked["cluster"],
@@ -227,7 +189,7 @@ def request_again(request: HttpRequest, public_id: str) -> HttpResponse:
         owner=_user(request),
     )
     try:
-        again = services.request_again(worker, owner=_user(request))
+        again = requests.request_again(worker, owner=_user(request))
     except ParameterError as exc:
         messages.error(request, f"Worker {worker.name} cannot be requested again: {exc.message}")
     else:
@@ -239,7 +201,7 @@ def request_again(request: HttpRequest, public_id: str) -> HttpResponse:
 @require_POST
 def keep_worker(request: HttpRequest, public_id: str) -> HttpResponse:
     worker = get_object_or_404(Worker, public_id=public_id, owner=_user(request))
-    services.keep_worker(worker, owner=_user(request))
+    idle.keep_worker(worker, owner=_user(request))
     if request.headers.get("Accept", "").startswith("application/json"):
         return JsonResponse({"kept": worker.public_id})
     messages.success(request, f"Worker {worker.name} kept: its idle clock starts again.")
@@ -259,10 +221,10 @@ def request_fields(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def delete_worker(request: HttpRequest, public_id: str) -> HttpResponse:
     worker = get_object_or_404(
-        services.workers_visible_to(_user(request)).select_related("cluster"), public_id=public_id
+        Worker.objects.visible_to(_user(request)).select_related("cluster"), public_id=public_id
     )
     if request.method == "POST":
-        if services.delete_worker(worker):
+        if deletion.delete_worker(worker):
             messages.success(request, f"Worker {worker.name} is being deleted.")
         else:
             messages.info(request, f"Worker {worker.name} had already ended.")

@@ -20,8 +20,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from core import metrics as families
+from core.transport.errors import SSHError
+from core.transport.streams import Stream
 from workers_app.idle import note_traffic
-from workers_app.metrics import families
 from workers_app.terminals.service import (
     ALIVE_FOR,
     BAD_REQUEST,
@@ -38,8 +40,6 @@ from workers_app.terminals.service import (
     record_opening,
     start_stream,
 )
-from workers_app.transport.errors import SSHError
-from workers_app.transport.streams import Stream
 
 START_WITHIN = 15.0
 WATCH_EVERY = 1.0

@@ -15,14 +15,14 @@ from django.db import transaction
 from django.utils import timezone
 from redis import RedisError
 
-from workers_app.connections import open_stream
+from core.redis_connection import redis_client
+from core.transport.errors import SSHError
+from core.transport.streams import PtySize, Stream
+from schedulers.base import QueryFailed, SchedulerError
+from workers_app.cluster_access import open_stream
 from workers_app.models import TerminalRecord, Worker
-from workers_app.redis_connection import redis_client
-from workers_app.schedulers.base import QueryFailed, SchedulerError
 from workers_app.statuses import WorkerStatus
 from workers_app.terminals.kept import KEEP_NAME, KEPT_TERMINAL
-from workers_app.transport.errors import SSHError
-from workers_app.transport.streams import PtySize, Stream
 
 # WebSocket close codes (4000-4999 are the application's): the HTTP status they stand for.
 UNAUTHENTICATED = 4401

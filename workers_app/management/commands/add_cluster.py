@@ -8,9 +8,10 @@ from typing import Any
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workers_app import clusters
-from workers_app.models import AgentRoute, Cluster, SchedulerKind
-from workers_app.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
+import schedulers
+from core.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
+from workers_app.actions import clusters
+from workers_app.models import AgentRoute, Cluster
 
 
 class Command(BaseCommand):
@@ -30,7 +31,7 @@ class Command(BaseCommand):
             action="store_true",
             help="Every user acts as the cluster's own account (one person or one lab only).",
         )
-        parser.add_argument("--scheduler", required=True, choices=SchedulerKind.values)
+        parser.add_argument("--scheduler", required=True, choices=schedulers.names())
         parser.add_argument(
             "--host-key", help='Pin this key ("ssh-ed25519 AAAA...") instead of asking.'
         )

@@ -6,9 +6,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workers_app.accounts import connect_account, verify_account
+from core.errors import ParameterError
+from workers_app.actions.cluster_accounts import connect_account, verify_account
 from workers_app.models import AccountOrigin, Cluster
-from workers_app.params import ParameterError
 
 
 class Command(BaseCommand):

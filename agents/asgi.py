@@ -1,0 +1,235 @@
+"""The heartbeat as a plain ASGI callable in front of Django, on the agents' own server.
+
+Heartbeats are nearly all the requests an installation serves. The WSGI stack, not Redis, was
+their ceiling (see docs/benchmarks.md), so a beat is answered here: the same checks as the view
+(the request signed with the worker's own key, its nonce new; its body read by agents/payloads.py)
+and the same one Redis round trip (agents/beats.py: BEAT_SCRIPT, which also remembers the nonce),
+with redis.asyncio on the server's event loop; the answer is signed like the view's. Whatever
+needs the database (an agent whose identity is not cached, the once-a-minute "last seen") goes
+to the service in a thread; every other request, and every other path, is Django's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import redis.asyncio
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections
+from django.urls import reverse
+from redis.exceptions import RedisError
+
+from agents import service as agent_service
+from agents import signing
+from agents.activity import ActivityReport
+from agents.beats import BEAT_SCRIPT, AgentBeats, accepted, beat_outcome
+from agents.errors import AgentRefused
+from agents.payloads import MAX_BODY, beat_answer, parse_beat
+from agents.service import LAST_SEEN_GRANULARITY
+from agents.signing import SignedCall
+from core import metrics as families
+
+log = logging.getLogger(__name__)
+# The server's own access log (uvicorn's is off): every request but the successful beats, which
+# at thousands a second would be most of the log and a share of the CPU.
+access_log = logging.getLogger("activate.agents.access")
+
+Scope = dict[str, Any]
+Message = Mapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OK = json.dumps(beat_answer("")).encode()
+SIGNATURE_HEADER = signing.SIGNATURE_HEADER.lower().encode()
+
+
+def _in_database(function: Callable[..., object], *args: object) -> object:
+    # Outside Django's request cycle nobody drops a connection PostgreSQL closed: do it here.
+    close_old_connections()
+    try:
+        return function(*args)
+    finally:
+        close_old_connections()
+
+
+class AgentServer:
+    """ASGI application of `scripts/start.sh agents`: POST heartbeat here, the rest Django's."""
+
+    def __init__(self, django_application: ASGIApp) -> None:
+        self.django = django_application
+        self.path = reverse("agent-heartbeat")
+        self.redis = redis.asyncio.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5
+        )
+        self.script = self.redis.register_script(BEAT_SCRIPT)
+        # Only its key names and TTL are used: it holds a synchronous client, never called here.
+        self.beats = AgentBeats()
+        self.seen = SeenWrites(_write_seen)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http" and scope["path"] == self.path and scope["method"] == "POST":
+            status, body, call = await self._heartbeat(scope, receive)
+            families.heartbeat_answered(status)
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ]
+            if call is not None and status != 401:
+                signature = signing.sign_answer(call, status, body)
+                headers.append((SIGNATURE_HEADER, signature.encode()))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            if status != 200:
+                _log_access(scope, status)
+        elif scope["type"] == "http":
+            status = 0
+
+            async def send_noting_status(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            await self.django(scope, receive, send_noting_status)
+            _log_access(scope, status)
+        else:
+            await self.django(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.redis.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _heartbeat(
+        self, scope: Scope, receive: Receive
+    ) -> tuple[int, bytes, SignedCall | None]:
+        call = None
+        try:
+            body = await _read_body(receive)
+            call = signing.verify_request(
+                _header(scope, b"authorization"), "POST", self.path, body, now=time.time()
+            )
+            activity, problem = parse_beat(body, call.worker)
+            await self._beat(call, activity)
+        except AgentRefused as exc:
+            return exc.status, json.dumps({"error": exc.message}).encode(), call
+        except RedisError as exc:
+            log.warning("heartbeat not recorded, Redis did not answer: %s", exc)
+            return 503, json.dumps({"error": "heartbeat store unavailable"}).encode(), call
+        return 200, json.dumps(beat_answer(problem)).encode() if problem else OK, call
+
+    async def _beat(self, call: SignedCall, activity: ActivityReport | None) -> None:
+        arguments = self.beats.beat_arguments(
+            call.worker,
+            call.key_hash,
+            seen_window=LAST_SEEN_GRANULARITY,
+            nonce=signing.nonce_of(call),
+            activity=activity,
+        )
+        beaten = accepted(beat_outcome(await self.script(keys=arguments.keys, args=arguments.args)))
+        if beaten is None:
+            # Not cached (first beat after a connect, a Redis reset): the service asks the
+            # database, refuses or caches, and beats (the nonce is remembered already).
+            await sync_to_async(_in_database, thread_sensitive=False)(
+                functools.partial(agent_service.beat_uncached, activity=activity),
+                call.worker,
+                call.key_hash,
+            )
+        elif beaten.first_in_window:
+            await self.seen.note(beaten.worker_id)
+
+
+async def _write_seen(worker_ids: list[int]) -> None:
+    await sync_to_async(_in_database, thread_sensitive=False)(
+        agent_service.note_seen_many, worker_ids
+    )
+
+
+class SeenWrites:
+    """The "last seen" writes of one process, grouped: a beat that needs one while another is
+    under way waits for the next, which writes every worker waiting in one UPDATE. Ten thousand
+    agents need one each a minute, and this server keeps no connection to PostgreSQL: one
+    connection a write would be about 170 a second. A beat is answered once its write is done."""
+
+    def __init__(self, write: Callable[[list[int]], Awaitable[None]]) -> None:
+        self.write = write
+        self.waiting: set[int] = set()
+        self.next: asyncio.Future[None] | None = None
+        self.writing: asyncio.Task[None] | None = None
+
+    async def note(self, worker_id: int) -> None:
+        self.waiting.add(worker_id)
+        if self.next is None:
+            self.next = asyncio.get_running_loop().create_future()
+        written = self.next
+        if self.writing is None:
+            self.writing = asyncio.get_running_loop().create_task(self._write_all())
+        # Shielded: one beat given up on must not cancel the write the others wait for.
+        await asyncio.shield(written)
+
+    async def _write_all(self) -> None:
+        try:
+            while self.next is not None:
+                worker_ids, written = sorted(self.waiting), self.next
+                self.waiting, self.next = set(), None
+                try:
+                    await self.write(worker_ids)
+                except DatabaseError as exc:
+                    # Liveness is in Redis and was recorded; "last seen" waits for the next window.
+                    log.warning(
+                        "last heartbeat of %d worker(s) not written: %s", len(worker_ids), exc
+                    )
+                except Exception:
+                    # Whatever went wrong, the beats waiting are answered and the next written.
+                    log.exception("last heartbeat of %d worker(s) not written", len(worker_ids))
+                written.set_result(None)
+        finally:
+            self.writing = None
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise AgentRefused(400, "request ended early")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise AgentRefused(400, "request body too large")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _log_access(scope: Scope, status: int) -> None:
+    client = scope.get("client") or ("-", 0)
+    query = scope.get("query_string", b"")
+    path = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+    access_log.info(
+        '%s:%s - "%s %s HTTP/%s" %d', client[0], client[1], scope["method"], path,
+        scope.get("http_version", "1.1"), status,
+    )  # fmt: skip
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return str(value.decode("latin-1"))
+    return ""

@@ -1,0 +1,344 @@
+"""The one interface every scheduler adapter implements, and the values they exchange."""
+
+from __future__ import annotations
+
+import enum
+import re
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from core.transport.commands import CommandResult
+
+
+class SchedulerError(Exception):
+    """The scheduler answered, and refused (bad partition, invalid option, ...)."""
+
+
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler did not answer (controller down, timed out): nothing was refused, and
+    whether anything happened is unknown. Worth retrying; never a reason to fail a worker."""
+
+
+class QueryFailed(Exception):
+    """A status query did not give a trustworthy answer; nothing may change because of it."""
+
+
+class CommandRunner(Protocol):
+    """Runs one command (argv, quoted by the runner) on the cluster's login host."""
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> CommandResult: ...
+
+
+class Phase(enum.Enum):
+    QUEUED = "queued"  # waiting for resources (also held, requeued, suspended)
+    RUNNING = "running"  # on a node
+    ENDED = "ended"  # finished; state and exit code are final
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    name: str
+    phase: Phase
+    state: str  # the scheduler's own word, e.g. RUNNING, TIMEOUT
+    node: str = ""
+    exit_code: str = ""
+    reason: str = ""
+    # For ENDED jobs: whether the end is a failure (shown as error) or a normal stop.
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Answer of a successful query: a job missing from ``jobs`` is "not listed"."""
+
+    jobs: dict[str, JobInfo]
+
+    def get(self, job_id: str) -> JobInfo | None:
+        return self.jobs.get(job_id)
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    nodes_total: int
+    nodes_available: int
+    is_default: bool = False
+    max_time: str = ""
+
+
+@dataclass(frozen=True)
+class FieldTemplate:
+    """A settable field an auto-detected environment offers, in this scheduler's terms."""
+
+    name: str
+    label: str
+    directive: str = ""
+    default: str = ""
+    pattern: str = ""
+    required: bool = False
+    kind: str = "value"
+    example: str = ""
+
+
+@dataclass(frozen=True)
+class FieldSyntax:
+    """How one scheduler spells a standard field; unset parts keep the standard's."""
+
+    directive: str = ""
+    pattern: str = ""
+    example: str = ""
+
+
+NAME_PATTERN = r"[A-Za-z0-9_.-]+"
+# The wall times an auto-detected environment proposes, in seconds; each adapter writes them.
+DEFAULT_WALLTIME = 3600
+EXAMPLE_WALLTIME = 4 * 3600
+# The fields an auto-detected environment offers, whatever the scheduler; each adapter says
+# which it supports and how (``field_syntax``).
+STANDARD_FIELDS = (
+    # Default and example come from the adapter (format_walltime).
+    FieldTemplate(name="walltime", label="Wall Time"),
+    FieldTemplate(
+        name="numNodes", label="Nodes", default="1", pattern=r"[1-9][0-9]{0,4}", example="2"
+    ),
+    FieldTemplate(name="account", label="Account", pattern=NAME_PATTERN, example="proj123"),
+    FieldTemplate(name="qos", label="QoS", pattern=NAME_PATTERN, example="normal"),
+    FieldTemplate(name="directives", label="Scheduler directives", kind="directives"),
+)
+
+
+def clock_time(seconds: int) -> str:
+    """``HH:MM:SS``, with as many hour digits as it takes: the wall-time form most schedulers
+    read."""
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    partition: str
+    directives: list[str]  # already validated options, e.g. ["--time=04:00:00"]
+    environment: dict[str, str] = field(default_factory=dict)
+    command: str = ""  # shell text run by the job; the job ends when it ends
+
+
+# Values that may go into a directive: no whitespace, no shell or line metacharacters.
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.:,=@%+/\-\[\]]+$")
+ENVIRONMENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Where a job script hands the node agent its job id, whatever the scheduler calls it.
+JOB_ID_VARIABLE = "ACTIVATE_JOB_ID"
+JOB_VARIABLE_NAME = "ACTIVATE_JOB_VARIABLE"
+
+
+class SchedulerAdapter(ABC):
+    # What a cluster's ``scheduler`` stores (the module's own name), and what people read.
+    name: str
+    label: str
+    directive_prefix: str
+    field_syntax: dict[str, FieldSyntax]
+    # Options a user may set in raw directives, by full name (``option_of`` spells them). An
+    # allowlist: schedulers accept any unique prefix of a long option, so no denylist holds.
+    allowed_options: frozenset[str]
+    # The environment variable in which a running job finds its own id; "" when the adapter
+    # puts the id in JOB_ID_VARIABLE itself.
+    job_id_variable: str
+
+    def __init__(self, runner: CommandRunner) -> None:
+        self.runner = runner
+
+    def default_fields(self) -> list[FieldTemplate]:
+        """Fields of an auto-detected environment, in this scheduler's terms."""
+        fields = []
+        for template in STANDARD_FIELDS:
+            syntax = self.field_syntax.get(template.name)
+            if syntax is None:
+                continue
+            if template.name == "walltime":
+                template = replace(
+                    template,
+                    default=self.format_walltime(DEFAULT_WALLTIME),
+                    example=self.format_walltime(EXAMPLE_WALLTIME),
+                )
+            fields.append(
+                replace(
+                    template,
+                    directive=syntax.directive,
+                    pattern=syntax.pattern or template.pattern,
+                    example=syntax.example or template.example,
+                )
+            )
+        return fields
+
+    @classmethod
+    @abstractmethod
+    def parse_walltime(cls, value: str) -> int | None:
+        """Seconds in a wall time as this scheduler's wall-time field takes it (e.g.
+        ``04:00:00``); None when the value is not one."""
+
+    @classmethod
+    @abstractmethod
+    def format_walltime(cls, seconds: int) -> str:
+        """``seconds`` (more than zero) written as this scheduler's wall-time field takes it."""
+
+    @classmethod
+    @abstractmethod
+    def option_of(cls, directive: str) -> str | None:
+        """The option a directive line sets (e.g. "time" for --time=1:00), or None if the
+        line is not one well-formed option with a safe value."""
+
+    @classmethod
+    def directive_problem(cls, directive: str, *, set_by_fields: Mapping[str, str]) -> str | None:
+        """Why a user's raw directive is refused, or None when it may go into a job script.
+
+        ``set_by_fields`` maps the options the environment's own fields set to their labels.
+        """
+        option = cls.option_of(directive)
+        if option is None:
+            return f"{directive!r} is not a single scheduler option with a plain value"
+        if option in set_by_fields:
+            return f"{directive!r} sets {option}: use the {set_by_fields[option]} field instead"
+        if option not in cls.allowed_options:
+            return f"{directive!r}: option {option} is not one users may set"
+        return None
+
+    # Words in a failed command's message that mean the scheduler did not answer.
+    unavailable_markers: tuple[str, ...] = ()
+
+    def refusal(self, what: str, result: CommandResult) -> SchedulerError:
+        """The error a failed scheduler command means: unavailable, or a real refusal."""
+        message = result.stderr.strip() or f"{what} exited {result.exit_status}"
+        if any(marker in message for marker in self.unavailable_markers):
+            return SchedulerUnavailable(message)
+        return SchedulerError(message)
+
+    def submit_options(self, spec: JobSpec) -> list[str]:
+        """Options given on the submit command line, where they win over the script's."""
+        return []
+
+    def render_script(self, spec: JobSpec) -> str:
+        self.check_spec(spec)
+        lines = ["#!/bin/bash"]
+        lines += [f"{self.directive_prefix} {d}" for d in self.header_directives(spec)]
+        lines += [f"{self.directive_prefix} {d}" for d in spec.directives]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(spec.environment.items())]
+        if self.job_id_variable:
+            lines.append(f'export {JOB_ID_VARIABLE}="${{{self.job_id_variable}:-}}"')
+            # The agent counts the processes whose environment names the job as its own.
+            lines.append(f"export {JOB_VARIABLE_NAME}={self.job_id_variable}")
+        lines.append(spec.command)
+        return "\n".join(lines) + "\n"
+
+    def check_spec(self, spec: JobSpec) -> None:
+        """Refuse (SchedulerError) a spec that could smuggle lines or options into the script.
+
+        Parameters are validated when a worker is requested; this is the last line of defence
+        for whatever reaches an adapter by another path.
+        """
+        if not SAFE_VALUE.fullmatch(spec.name):
+            raise SchedulerError(f"job name {spec.name!r} contains characters that are not allowed")
+        if spec.partition and not SAFE_VALUE.fullmatch(spec.partition):
+            raise SchedulerError(f"partition {spec.partition!r} is not allowed")
+        for directive in spec.directives:
+            problem = self.directive_problem(directive, set_by_fields={})
+            if problem:
+                raise SchedulerError(f"directive refused: {problem}")
+        for key, value in spec.environment.items():
+            if not ENVIRONMENT_NAME.fullmatch(key):
+                raise SchedulerError(f"environment variable name {key!r} is not allowed")
+            if "\x00" in value:
+                raise SchedulerError(f"environment variable {key} contains a NUL character")
+        if "\x00" in spec.command:
+            raise SchedulerError("the job command contains a NUL character")
+
+    @abstractmethod
+    def header_directives(self, spec: JobSpec) -> list[str]:
+        """Directives the platform always sets (job name, partition, output)."""
+
+    @abstractmethod
+    def submit(self, spec: JobSpec) -> str:
+        """Submit the job (its script sent on stdin); returns the job id. SchedulerError if
+        refused."""
+
+    def submit_many(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
+        """Submit several jobs in as few commands as the scheduler allows.
+
+        One outcome per spec, in order: the job id, or that job's own error (a
+        SchedulerUnavailable when whether it was made is unknown). SSHError when the command
+        itself failed: then every outcome is unknown. This fallback submits one at a time.
+        """
+        outcomes: list[str | SchedulerError] = []
+        for spec in specs:
+            try:
+                outcomes.append(self.submit(spec))
+            except SchedulerError as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    @abstractmethod
+    def find_job(self, name: str) -> str | None:
+        """The id of a live job with this name, if any. QueryFailed if the query failed."""
+
+    def find_jobs(self, names: list[str]) -> dict[str, str]:
+        """Name -> id of the live jobs with these names (missing: none). QueryFailed if a query
+        failed. This fallback asks one name at a time."""
+        found: dict[str, str] = {}
+        for name in names:
+            job_id = self.find_job(name)
+            if job_id:
+                found[name] = job_id
+        return found
+
+    @abstractmethod
+    def query(self, job_ids: list[str]) -> QueryResult:
+        """Status of the given jobs, in as few commands as possible. QueryFailed on any doubt."""
+
+    @abstractmethod
+    def final_state(self, job_id: str) -> JobInfo | None:
+        """State and exit code of a job no longer listed as live; None if nobody remembers it."""
+
+    @abstractmethod
+    def cancel(self, job_id: str) -> None:
+        """Ask for the job to end. Confirmation comes from a later query not listing it."""
+
+    @abstractmethod
+    def list_platform_jobs(self, prefix: str) -> dict[str, str]:
+        """Live jobs whose name starts with ``prefix``: job id -> name. QueryFailed on failure."""
+
+    @abstractmethod
+    def partitions(self) -> list[Partition]:
+        """Partitions (queues) with node counts, for auto-detected environments."""
+
+    @abstractmethod
+    def run_in_job(
+        self,
+        job_id: str,
+        argv: list[str],
+        *,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> CommandResult:
+        """Run a command on the job's node (the one the scheduler reports), inside its
+        allocation where the scheduler allows. SchedulerError if the job is not running."""
+
+    @abstractmethod
+    def interactive_command(self, job_id: str, argv: list[str], *, pty: bool) -> str:
+        """The login host's command line that runs argv (none: the user's login shell) on the
+        job's node, inside its allocation, under a terminal of its own when ``pty``."""
+
+    @classmethod
+    @abstractmethod
+    def interactive_failure(cls, output: str) -> str | None:
+        """Why an ``interactive_command`` did not start its program, from what the command
+        printed (its client's errors, never the program's own); None if nothing says so."""

@@ -1,0 +1,750 @@
+"""Slurm: sbatch, squeue, sacct/scontrol, scancel and sinfo, parsed strictly.
+
+Real output these parsers were written against (Slurm 22.05, see tests/schedulers/data/):
+``squeue --states=all -j A,B`` lists the known ids and silently skips unknown or purged ones
+(exit 0), but with a single unknown id it exits 1 with "slurm_load_jobs error: Invalid job id
+specified"; that one message is a definite "not listed", anything else is a failed query.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+from concurrent.futures import ThreadPoolExecutor
+
+from schedulers.base import (
+    CommandResult,
+    FieldSyntax,
+    JobInfo,
+    JobSpec,
+    Partition,
+    Phase,
+    QueryFailed,
+    QueryResult,
+    SchedulerAdapter,
+    SchedulerError,
+    SchedulerUnavailable,
+    clock_time,
+)
+
+log = logging.getLogger(__name__)
+
+# Phase and failure of every job state Slurm documents (squeue(1) "JOB STATE CODES"), plus the
+# flag-states newer versions print. Unknown states are logged and kept live, never ended.
+STATES: dict[str, tuple[Phase, bool]] = {
+    "PENDING": (Phase.QUEUED, False),
+    # Resources allocated, nodes still booting: the script has not started yet.
+    "CONFIGURING": (Phase.QUEUED, False),
+    "POWER_UP_NODE": (Phase.QUEUED, False),
+    "RUNNING": (Phase.RUNNING, False),
+    # The script ended but epilogs/stage-out still run; the final state comes next.
+    "COMPLETING": (Phase.RUNNING, False),
+    "STAGE_OUT": (Phase.RUNNING, False),
+    "SIGNALING": (Phase.RUNNING, False),
+    "RESIZING": (Phase.RUNNING, False),
+    # Stopped or suspended jobs keep their id and resume later: back in the queue, not ended.
+    "SUSPENDED": (Phase.QUEUED, False),
+    "STOPPED": (Phase.QUEUED, False),
+    "REQUEUED": (Phase.QUEUED, False),
+    "REQUEUE_HOLD": (Phase.QUEUED, False),
+    "REQUEUE_FED": (Phase.QUEUED, False),
+    "RESV_DEL_HOLD": (Phase.QUEUED, False),
+    "SPECIAL_EXIT": (Phase.QUEUED, False),
+    "LAUNCH_FAILED": (Phase.QUEUED, False),
+    "RECONFIG_FAIL": (Phase.QUEUED, False),
+    "UPDATE_DB": (Phase.QUEUED, False),
+    "COMPLETED": (Phase.ENDED, False),
+    "CANCELLED": (Phase.ENDED, False),
+    "TIMEOUT": (Phase.ENDED, False),
+    # Final only when the preemption mode cancels; a requeued job shows REQUEUED/PENDING instead.
+    "PREEMPTED": (Phase.ENDED, False),
+    # A federation sibling started the job elsewhere; this copy is gone.
+    "REVOKED": (Phase.ENDED, False),
+    "FAILED": (Phase.ENDED, True),
+    "NODE_FAIL": (Phase.ENDED, True),
+    "OUT_OF_MEMORY": (Phase.ENDED, True),
+    "BOOT_FAIL": (Phase.ENDED, True),
+    "DEADLINE": (Phase.ENDED, True),
+}
+
+JOB_ID = re.compile(r"^[0-9]+$")
+# squeue prints array and heterogeneous job ids as 12_3 / 12+0; ours are plain.
+LISTED_JOB_ID = re.compile(r"^[0-9]+(?:[_+][0-9\[\]\-,%]+)?$")
+STATE_WORD = re.compile(r"^[A-Z][A-Z_]*$")
+SBATCH_OUTPUT = re.compile(r"^([0-9]+)(?:;[A-Za-z0-9_.-]+)?$")
+WALLTIME_PATTERN = (
+    r"[0-9]+|[0-9]+:[0-5]?[0-9]|[0-9]+:[0-5]?[0-9]:[0-5]?[0-9]"
+    r"|[0-9]+-[0-9]{1,2}|[0-9]+-[0-9]{1,2}:[0-5]?[0-9]|[0-9]+-[0-9]{1,2}:[0-5]?[0-9]:[0-5]?[0-9]"
+)
+# sbatch(1) --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+WALLTIME = re.compile(
+    r"^(?:(?P<days>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
+    r"|(?P<a>[0-9]+)(?::(?P<b>[0-9]+)(?::(?P<c>[0-9]+))?)?)$"
+)
+# A job name squeue --name can take (a comma would make it a list).
+NAME_ARGUMENT = re.compile(r"^[A-Za-z0-9_.:=@%+/\-\[\]]+$")
+
+# Full names of the sbatch options users may set in raw directives. Never: the job's name
+# (it carries the worker id), output and error, partition (the environment's), arrays, a
+# different cluster, user or working directory, blocking or test-only submission.
+ALLOWED_OPTIONS = frozenset(
+    """account begin comment constraint contiguous core-spec cores-per-socket cpu-freq
+    cpus-per-gpu cpus-per-task deadline distribution exclude exclusive extra-node-info gpu-bind
+    gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres gres-flags hint licenses
+    mail-type mail-user mem mem-bind mem-per-cpu mem-per-gpu mincpus network nice nodelist nodes
+    no-requeue ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket
+    overcommit oversubscribe power priority qos requeue reservation signal sockets-per-node
+    spread-job switches threads-per-core time time-min tmp wckey""".split()
+)
+LONG_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(?:=[A-Za-z0-9_.:,=@%+/\-\[\]]+)?")
+
+QUERY_FORMAT = "JobID:|,State:|,NodeList:|,Reason:|,exit_code:|,Name:"
+QUERY_FIELDS = 6
+# Up to this many ids a poll names them; past it (a few KB of argument) it lists the account's
+# jobs with --me (Slurm 20.11+) instead, so a poll is one command however many jobs are live.
+QUERY_CHUNK = 500
+NOT_FOUND = "Invalid job id specified"
+# Several jobs per command: on stdin each job is a line "NAME PARTITION SIZE" (partition "-" for
+# none) and then its script's SIZE bytes, which reach sbatch without passing the shell's parser;
+# each sbatch's output is closed by a marker line with its exit status. The script is read with
+# `head -c` in blocks (the shell's `read` takes a pipe a byte at a time: 5 ms per 12 KB script),
+# and a script that came short is never submitted: the loop stops, those jobs stay unknown.
+# Names and partitions are checked (check_spec) to hold no whitespace or shell metacharacters;
+# they are still quoted where used.
+SUBMIT_MARKER = "@@activate-sbatch-exit"
+SUBMIT_LOOP = (
+    "export LC_ALL=C; "
+    "while read -r name partition size; do "
+    'script=$(head -c "$size"; printf x); script=${script%x}; '
+    '[ "${#script}" = "$size" ] || { echo "script of $name cut short" >&2; break; }; '
+    'if [ "$partition" = - ]; then set --; else set -- "--partition=$partition"; fi; '
+    'printf \'%s\' "$script" | sbatch --parsable "--job-name=$name" '
+    '--output=/dev/null --error=/dev/null "$@" 2>&1; '
+    f"printf '\\n{SUBMIT_MARKER} %s\\n' \"$?\"; "
+    "done"
+)
+# The same loop in the login host's Python: one process per command instead of a subshell, a
+# `head` and a pipeline per script, which took a quarter of a batch's time (docs/benchmarks.md).
+# Same input, same output, and a script that came short is never submitted. Only `os` and `sys`
+# (already loaded at start-up; `subprocess` alone takes 18 ms to import), and what any Python 3
+# has. It travels as one line with no "!" (exec of its repr): csh refuses a line break inside
+# quotes and expands "!". sbatch starts by posix_spawn (3.4 ms a job in a serial loop here,
+# 5.0 by fork: a fork copies the interpreter), by fork where Python is older than 3.8.
+SUBMIT_PROGRAM = f"""
+import os, sys
+env = dict(os.environ, LC_ALL="C")
+source = sys.stdin.buffer
+
+
+def start(argv, script_in, answer_out):
+    if hasattr(os, "posix_spawnp"):
+        dup = os.POSIX_SPAWN_DUP2
+        actions = [(dup, script_in, 0), (dup, answer_out, 1), (dup, answer_out, 2)]
+        return os.posix_spawnp(argv[0], argv, env, file_actions=actions)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(script_in, 0)
+            os.dup2(answer_out, 1)
+            os.dup2(answer_out, 2)
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            os.write(2, ("sbatch: %s" % exc).encode())
+        finally:
+            os._exit(127)
+    return pid
+
+
+def sbatch(argv, script):
+    script_in, script_out = os.pipe()
+    answer_in, answer_out = os.pipe()
+    try:
+        pid = start(argv, script_in, answer_out)
+    except OSError as exc:
+        for fd in (script_in, script_out, answer_in, answer_out):
+            os.close(fd)
+        return "sbatch: %s" % exc, 127
+    os.close(script_in)
+    os.close(answer_out)
+    try:
+        while script:
+            script = script[os.write(script_out, script) :]
+    except OSError:
+        pass
+    os.close(script_out)
+    chunks = []
+    while True:
+        chunk = os.read(answer_in, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(answer_in)
+    status = os.waitpid(pid, 0)[1]
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return b"".join(chunks).decode(errors="replace"), code
+
+
+while True:
+    header = source.readline()
+    if not header:
+        break
+    fields = header.decode(errors="replace").split()
+    if not (len(fields) == 3 and fields[2].isdigit()):
+        sys.stderr.write("bad header: %r\\n" % header[:200])
+        break
+    name, partition, size = fields[0], fields[1], int(fields[2])
+    script = source.read(size)
+    if len(script) < size:
+        sys.stderr.write("script of %s cut short\\n" % name)
+        break
+    argv = ["sbatch", "--parsable", "--job-name=" + name, "--output=/dev/null", "--error=/dev/null"]
+    argv += [] if partition == "-" else ["--partition=" + partition]
+    output, code = sbatch(argv, script)
+    sys.stdout.write("%s\\n{SUBMIT_MARKER} %d\\n" % (output, code))
+    sys.stdout.flush()
+"""
+# Python where the login host has it (nodes need it for the agent; a login host may not).
+SUBMIT_COMMAND = [
+    "sh",
+    "-c",
+    'if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$1"; fi; eval "$2"',
+    "sh",
+    f"exec({SUBMIT_PROGRAM!r})",
+    SUBMIT_LOOP,
+]
+# Scripts per command: enough that the channel's cost vanishes, few enough that one command
+# stays well inside the command timeout on a slow controller. Up to SUBMIT_PARALLEL commands run
+# at once (channels of the one connection): each sbatch is mostly its own start-up on the login
+# host and a wait on the controller, so several at once overlap those waits (eight against three
+# took 200 jobs from 0.55x to 0.77x dask-jobqueue's rate, which runs every sbatch at once;
+# docs/benchmarks.md). A batch is dealt in equal shares, none left to run alone at the end. 64
+# lets the largest request (500) go in one round of 8 commands: 1.29-1.31 s in-process, against
+# 1.40-1.48 s for two rounds of 8 at 50 (the commands' start-up and the first round's uneven end).
+SUBMIT_CHUNK = 64
+SUBMIT_PARALLEL = 8
+# What srun prints when it cannot start or keep a step (its own errors, not the program's).
+STEP_ERROR = "srun: error"
+# Names per squeue --name (a comma-separated list).
+NAME_CHUNK = 100
+ACCOUNTING_DISABLED = "accounting storage is disabled"
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm hostlist: "n[03-05,9],m1" -> "n03"."""
+    nodelist = nodelist.strip()
+    if not nodelist or nodelist in {"(null)", "None", "N/A"}:
+        return ""
+    match = re.match(r"^([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
+    if match is None:
+        return ""
+    prefix, ranges = match.group(1), match.group(2)
+    if not ranges:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def exit_code_from_status(raw: str) -> str:
+    """squeue's exit_code is a wait(2) status; Slurm shows it as "code:signal"."""
+    status = int(raw)
+    return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
+
+
+def walltime_seconds(value: str) -> int | None:
+    """Seconds in a --time value such as ``04:00:00`` or ``1-12``; None if it is not one."""
+    match = WALLTIME.fullmatch(value.strip())
+    if match is None:
+        return None
+    parts = match.groupdict()
+    if parts["days"] is not None:
+        days, hours = int(parts["days"]), int(parts["dh"])
+        minutes, seconds = int(parts["dm"] or 0), int(parts["ds"] or 0)
+        return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    a, b, c = parts["a"], parts["b"], parts["c"]
+    if c is not None:  # HH:MM:SS
+        return int(a) * 3600 + int(b) * 60 + int(c)
+    if b is not None:  # MM:SS
+        return int(a) * 60 + int(b)
+    return int(a) * 60  # MM
+
+
+def format_walltime(seconds: int) -> str:
+    """``HH:MM:SS``, or ``D-HH:MM:SS`` from a day on."""
+    days, rest = divmod(seconds, 86400)
+    return f"{days}-{clock_time(rest)}" if days else clock_time(rest)
+
+
+def phase_of(state: str, *, node: str = "") -> tuple[Phase, bool]:
+    known = STATES.get(state)
+    if known is not None:
+        return known
+    # Never guess an end: an unknown state keeps the job live (running if it has a node).
+    log.warning("unknown Slurm job state %r; treating the job as live", state)
+    return (Phase.RUNNING if node else Phase.QUEUED), False
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "error" in line.lower()]
+
+
+def parse_squeue(stdout: str) -> dict[str, JobInfo]:
+    """Parse ``squeue -h -O QUERY_FORMAT`` output. QueryFailed on any line that does not fit."""
+    jobs: dict[str, JobInfo] = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|", QUERY_FIELDS - 1)
+        if len(fields) != QUERY_FIELDS:
+            raise QueryFailed(f"unexpected squeue line: {line[:200]!r}")
+        job_id, state, nodelist, reason, raw_exit, name = (f.strip() for f in fields)
+        if (
+            not LISTED_JOB_ID.fullmatch(job_id)
+            or not STATE_WORD.fullmatch(state)
+            or not (raw_exit.isdigit() or raw_exit in {"", "N/A"})
+        ):
+            raise QueryFailed(f"unexpected squeue line: {line[:200]!r}")
+        node = first_host(nodelist)
+        phase, failed = phase_of(state, node=node)
+        ended = phase is Phase.ENDED and raw_exit.isdigit()
+        jobs[job_id] = JobInfo(
+            job_id=job_id,
+            name=name,
+            phase=phase,
+            state=state,
+            node=node,
+            exit_code=exit_code_from_status(raw_exit) if ended else "",
+            reason="" if reason == "None" else reason,
+            failed=failed,
+        )
+    return jobs
+
+
+def parse_sacct(stdout: str, job_id: str) -> JobInfo | None:
+    """The job's own line of ``sacct -n -P -o JobID,State,ExitCode,NodeList,JobName``."""
+    for line in stdout.splitlines():
+        fields = line.split("|")
+        if len(fields) < 5 or fields[0] != job_id:
+            continue
+        # "CANCELLED by 1001" -> CANCELLED
+        state = fields[1].split()[0] if fields[1].split() else ""
+        if not STATE_WORD.fullmatch(state) or not re.fullmatch(r"[0-9]+:[0-9]+", fields[2]):
+            raise QueryFailed(f"unexpected sacct line: {line[:200]!r}")
+        node = first_host(fields[3])
+        phase, failed = phase_of(state, node=node)
+        return JobInfo(
+            job_id=job_id,
+            name="|".join(fields[4:]),
+            phase=phase,
+            state=state,
+            node=node,
+            exit_code=fields[2],
+            failed=failed,
+        )
+    return None
+
+
+def parse_scontrol(stdout: str, job_id: str) -> JobInfo | None:
+    """The job in ``scontrol -o show job ID`` (one line of Key=Value words per job)."""
+    for line in stdout.splitlines():
+        if not re.match(rf"^JobId={re.escape(job_id)}\s", line):
+            continue
+        state = re.search(r"(?:^|\s)JobState=(\S+)", line)
+        exit_code = re.search(r"(?:^|\s)ExitCode=([0-9]+:[0-9]+)(?:\s|$)", line)
+        if state is None or exit_code is None or not STATE_WORD.fullmatch(state.group(1)):
+            raise QueryFailed(f"unexpected scontrol output: {line[:200]!r}")
+        nodes = re.search(r"(?:^|\s)NodeList=(\S*)", line)
+        reason = re.search(r"(?:^|\s)Reason=(\S+)", line)
+        name = re.search(r"(?:^|\s)JobName=(.*?) UserId=", line)
+        node = first_host(nodes.group(1) if nodes else "")
+        phase, failed = phase_of(state.group(1), node=node)
+        return JobInfo(
+            job_id=job_id,
+            name=name.group(1) if name else "",
+            phase=phase,
+            state=state.group(1),
+            node=node,
+            exit_code=exit_code.group(1),
+            reason="" if reason is None or reason.group(1) == "None" else reason.group(1),
+            failed=failed,
+        )
+    return None
+
+
+def _job_number(job_id: str) -> int:
+    return int(re.split(r"[_+]", job_id)[0])
+
+
+def parse_submit_loop(stdout: str, adapter: SchedulerAdapter) -> list[str | SchedulerError]:
+    """One outcome per marker line of SUBMIT_COMMAND's output, in order."""
+    outcomes: list[str | SchedulerError] = []
+    output: list[str] = []
+    for line in stdout.splitlines():
+        if not line.startswith(SUBMIT_MARKER + " "):
+            if line.strip():
+                output.append(line.strip())
+            continue
+        status = line.removeprefix(SUBMIT_MARKER + " ").strip()
+        if status != "0":
+            message = "; ".join(output)[:1000]
+            failed = CommandResult(int(status) if status.isdigit() else 1, "", message)
+            outcomes.append(adapter.refusal("sbatch", failed))
+        else:
+            match = SBATCH_OUTPUT.fullmatch(output[-1]) if output else None
+            outcomes.append(
+                match.group(1)
+                if match
+                else SchedulerUnavailable(f"unexpected sbatch output: {' '.join(output)[:200]!r}")
+            )
+        output = []
+    return outcomes
+
+
+def parse_sinfo(stdout: str) -> list[Partition]:
+    """Parse ``sinfo -h -o %P|%a|%l|%D|%T``: one line per partition and node state."""
+    order: list[str] = []
+    totals: dict[str, int] = {}
+    available: dict[str, int] = {}
+    defaults: set[str] = set()
+    max_time: dict[str, str] = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 5 or not fields[3].isdigit():
+            raise QueryFailed(f"unexpected sinfo line: {line[:200]!r}")
+        raw_name, avail, limit, count, state = fields
+        name = raw_name.rstrip("*")
+        if not name:
+            raise QueryFailed(f"unexpected sinfo line: {line[:200]!r}")
+        if name not in totals:
+            order.append(name)
+            totals[name] = 0
+            available[name] = 0
+        if raw_name.endswith("*"):
+            defaults.add(name)
+        max_time[name] = limit
+        totals[name] += int(count)
+        if avail == "up" and _node_takes_jobs(state):
+            available[name] += int(count)
+    return [
+        Partition(
+            name=name,
+            nodes_total=totals[name],
+            nodes_available=available[name],
+            is_default=name in defaults,
+            max_time=max_time[name],
+        )
+        for name in order
+    ]
+
+
+# Node state flags (sinfo(1)): not responding, powering down, maintenance, rebooting.
+UNAVAILABLE_FLAGS = set("*!%$@^")
+
+
+def _node_takes_jobs(state: str) -> bool:
+    """Idle or partly used (mixed) nodes can start a job now; powered-off cloud nodes boot."""
+    base = state.rstrip("*~#!%$@^-")
+    flags = set(state[len(base) :])
+    return base in {"idle", "mixed"} and not flags & UNAVAILABLE_FLAGS
+
+
+class SlurmAdapter(SchedulerAdapter):
+    name = "slurm"
+    label = "Slurm"
+    directive_prefix = "#SBATCH"
+    job_id_variable = "SLURM_JOB_ID"
+    unavailable_markers = (
+        "Unable to contact slurm controller",
+        "Socket timed out",
+        "temporarily unable to accept",
+        "Transport endpoint is not connected",
+        "Zero Bytes were transmitted",
+        "Resource temporarily unavailable",
+    )
+    allowed_options = ALLOWED_OPTIONS
+    field_syntax = {
+        "walltime": FieldSyntax("--time={value}", WALLTIME_PATTERN),
+        "numNodes": FieldSyntax("--nodes={value}"),
+        "account": FieldSyntax("--account={value}"),
+        "qos": FieldSyntax("--qos={value}"),
+        "directives": FieldSyntax(example="--mem=4G"),
+    }
+
+    @classmethod
+    def option_of(cls, directive: str) -> str | None:
+        match = LONG_OPTION.fullmatch(directive)
+        return match.group(1) if match else None
+
+    @classmethod
+    def parse_walltime(cls, value: str) -> int | None:
+        return walltime_seconds(value)
+
+    @classmethod
+    def format_walltime(cls, seconds: int) -> str:
+        return format_walltime(seconds)
+
+    def header_directives(self, spec: JobSpec) -> list[str]:
+        # Output goes nowhere: nobody owns cleaning files in users' home directories, the
+        # output could hold the worker's secret, and a missing output directory makes the job
+        # fail to launch. End reasons come from the scheduler, not from a log file.
+        directives = [f"--job-name={spec.name}"]
+        if spec.partition:
+            directives.append(f"--partition={spec.partition}")
+        directives += ["--output=/dev/null", "--error=/dev/null"]
+        if not any(d.startswith("--nodes=") for d in spec.directives):
+            directives.append("--nodes=1")
+        return directives
+
+    def _run(self, argv: list[str], *, stdin: str | None = None) -> CommandResult:
+        return self.runner.run(argv, stdin=stdin)
+
+    def submit_options(self, spec: JobSpec) -> list[str]:
+        options = [f"--job-name={spec.name}", "--output=/dev/null", "--error=/dev/null"]
+        if spec.partition:
+            options.append(f"--partition={spec.partition}")
+        return options
+
+    def submit(self, spec: JobSpec) -> str:
+        script = self.render_script(spec)
+        result = self._run(["sbatch", "--parsable", *self.submit_options(spec)], stdin=script)
+        if result.exit_status != 0:
+            raise self.refusal("sbatch", result)
+        lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        match = SBATCH_OUTPUT.fullmatch(lines[-1]) if lines else None
+        if match is None:
+            # The job may exist: the caller finds it by name before submitting again.
+            raise SchedulerUnavailable(f"unexpected sbatch output: {result.stdout[:200]!r}")
+        return match.group(1)
+
+    def submit_many(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
+        if len(specs) <= 1:
+            return super().submit_many(specs)
+        # Equal shares, as many as run at once (or a multiple of it past SUBMIT_CHUNK scripts
+        # each), so that no command is left running alone at the end.
+        rounds = -(-len(specs) // (SUBMIT_PARALLEL * SUBMIT_CHUNK))
+        count = min(len(specs), SUBMIT_PARALLEL * rounds)
+        chunks = [
+            specs[i * len(specs) // count : (i + 1) * len(specs) // count] for i in range(count)
+        ]
+        if len(chunks) == 1:
+            return self._submit_chunk(chunks[0])
+        with ThreadPoolExecutor(min(SUBMIT_PARALLEL, len(chunks))) as pool:
+            # map() raises the first chunk's SSHError (every outcome then unknown) after all ran.
+            return [outcome for chunk in pool.map(self._submit_chunk, chunks) for outcome in chunk]
+
+    def _submit_chunk(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
+        # A spec refused here (check_spec) is that job's outcome; the others still go.
+        refused: dict[int, SchedulerError] = {}
+        lines = []
+        for index, spec in enumerate(specs):
+            try:
+                script = self.render_script(spec)
+            except SchedulerError as exc:
+                refused[index] = exc
+                continue
+            size = len(script.encode())
+            lines.append(f"{spec.name} {spec.partition or '-'} {size}\n{script}")
+        sent: list[str | SchedulerError] = []
+        if lines:
+            result = self._run(SUBMIT_COMMAND, stdin="".join(lines))
+            sent = parse_submit_loop(result.stdout, self)[: len(lines)]
+            # The loop stopped early (killed, cut off): those jobs may or may not exist.
+            unknown = f"no answer for this job's sbatch: {result.stderr.strip()[:200]}"
+            sent += [SchedulerUnavailable(unknown) for _ in range(len(lines) - len(sent))]
+        answers = iter(sent)
+        return [refused[i] if i in refused else next(answers) for i in range(len(specs))]
+
+    def query(self, job_ids: list[str]) -> QueryResult:
+        bad = [job_id for job_id in job_ids if not JOB_ID.fullmatch(job_id)]
+        if bad:
+            raise ValueError(f"not Slurm job ids: {bad[:5]!r}")
+        ids = sorted(set(job_ids), key=int)
+        if not ids:
+            return QueryResult(jobs={})
+        jobs = self._squeue(ids if len(ids) <= QUERY_CHUNK else None)
+        wanted = set(ids)
+        return QueryResult(jobs={k: v for k, v in jobs.items() if k in wanted})
+
+    def _squeue(self, ids: list[str] | None) -> dict[str, JobInfo]:
+        """The named jobs, or with ``None`` every job of the account."""
+        selector = f"--jobs={','.join(ids)}" if ids is not None else "--me"
+        result = self._run(
+            ["squeue", "--noheader", "--states=all", selector, f"--Format={QUERY_FORMAT}"]
+        )
+        if result.exit_status != 0:
+            if (
+                ids is not None
+                and len(ids) == 1
+                and not result.stdout.strip()
+                and [line.strip() for line in result.stderr.splitlines() if line.strip()]
+                == [f"slurm_load_jobs error: {NOT_FOUND}"]
+            ):
+                return {}
+            raise QueryFailed(f"squeue exited {result.exit_status}: {result.stderr.strip()[:500]}")
+        errors = _error_lines(result.stderr)
+        if errors:
+            # Slurm can exit 0 after "slurm_load_jobs error: Socket timed out": no answer.
+            raise QueryFailed(f"squeue reported: {'; '.join(errors)[:500]}")
+        return parse_squeue(result.stdout)
+
+    def find_job(self, name: str) -> str | None:
+        if not NAME_ARGUMENT.fullmatch(name):
+            raise ValueError(f"not a job name squeue can look up: {name!r}")
+        # The account's own jobs only (--me): anyone on the cluster can name a job like ours.
+        result = self._run(
+            [
+                "squeue",
+                "--noheader",
+                "--me",
+                "--states=all",
+                f"--name={name}",
+                f"--Format={QUERY_FORMAT}",
+            ]
+        )
+        if result.exit_status != 0 or _error_lines(result.stderr):
+            raise QueryFailed(f"squeue failed: {result.stderr.strip()[:500]}")
+        live = [
+            info
+            for info in parse_squeue(result.stdout).values()
+            if info.name == name and info.phase is not Phase.ENDED
+        ]
+        if not live:
+            return None
+        if len(live) > 1:
+            log.warning("%d live jobs are named %s", len(live), name)
+        return max(live, key=lambda info: int(re.split(r"[_+]", info.job_id)[0])).job_id
+
+    def find_jobs(self, names: list[str]) -> dict[str, str]:
+        if len(names) <= 1:
+            return super().find_jobs(names)
+        bad = [name for name in names if not NAME_ARGUMENT.fullmatch(name) or "," in name]
+        if bad:
+            raise ValueError(f"not job names squeue can look up: {bad[:5]!r}")
+        found: dict[str, str] = {}
+        for start in range(0, len(names), NAME_CHUNK):
+            chunk = names[start : start + NAME_CHUNK]
+            result = self._run(
+                [
+                    "squeue",
+                    "--noheader",
+                    "--me",
+                    "--states=all",
+                    f"--name={','.join(chunk)}",
+                    f"--Format={QUERY_FORMAT}",
+                ]
+            )
+            if result.exit_status != 0 or _error_lines(result.stderr):
+                raise QueryFailed(f"squeue failed: {result.stderr.strip()[:500]}")
+            wanted = set(chunk)
+            for info in parse_squeue(result.stdout).values():
+                if info.name not in wanted or info.phase is Phase.ENDED:
+                    continue
+                earlier = found.get(info.name)
+                if earlier is not None:
+                    log.warning("more than one live job is named %s", info.name)
+                    if _job_number(earlier) > _job_number(info.job_id):
+                        continue
+                found[info.name] = info.job_id
+        return found
+
+    def final_state(self, job_id: str) -> JobInfo | None:
+        if not JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        sacct = self._run(
+            [
+                "sacct",
+                "--noheader",
+                "--parsable2",
+                f"--jobs={job_id}",
+                "--format=JobID,State,ExitCode,NodeList,JobName",
+            ]
+        )
+        accounting_failed = ""
+        if sacct.exit_status == 0 and not _error_lines(sacct.stderr):
+            info = parse_sacct(sacct.stdout, job_id)
+            if info is not None and info.phase is Phase.ENDED:
+                return info
+        elif ACCOUNTING_DISABLED not in sacct.stderr:
+            accounting_failed = sacct.stderr.strip()[:300] or f"exit {sacct.exit_status}"
+        scontrol = self._run(["scontrol", "--oneliner", "show", "job", job_id])
+        if scontrol.exit_status == 0:
+            info = parse_scontrol(scontrol.stdout, job_id)
+            if info is not None and info.phase is Phase.ENDED:
+                return info
+            if info is not None:
+                raise QueryFailed(f"job {job_id} is still {info.state} according to scontrol")
+        elif NOT_FOUND not in scontrol.stderr:
+            raise QueryFailed(f"scontrol failed: {scontrol.stderr.strip()[:500]}")
+        if accounting_failed:
+            # Accounting exists but did not answer: its record may still give the real end.
+            raise QueryFailed(f"sacct failed: {accounting_failed}")
+        return None
+
+    def cancel(self, job_id: str) -> None:
+        if not LISTED_JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        # An array (12_3, 12_[0-2]) or heterogeneous (12+0) id: the whole job goes.
+        result = self._run(["scancel", job_id.split("_")[0].split("+")[0]])
+        if result.exit_status == 0:
+            return
+        stderr = result.stderr
+        if NOT_FOUND in stderr or "already completing or completed" in stderr:
+            return
+        raise self.refusal("scancel", result)
+
+    def run_in_job(
+        self,
+        job_id: str,
+        argv: list[str],
+        *,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> CommandResult:
+        if not JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        # --overlap shares the allocation's resources with the agent's step instead of waiting.
+        return self.runner.run(
+            ["srun", f"--jobid={job_id}", "--overlap", "--ntasks=1", "--", *argv],
+            timeout=timeout,
+            output_limit=output_limit,
+        )
+
+    def interactive_command(self, job_id: str, argv: list[str], *, pty: bool) -> str:
+        if not JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a Slurm job id: {job_id!r}")
+        step = ["srun", f"--jobid={job_id}", "--overlap", "--ntasks=1"]
+        if pty:
+            step.append("--pty")
+        if not argv:
+            # The user's shell, as the login host names it: expanded there, not by us.
+            return shlex.join([*step, "--"]) + ' "${SHELL:-/bin/sh}" -l'
+        return shlex.join([*step, "--", *argv])
+
+    @classmethod
+    def interactive_failure(cls, output: str) -> str | None:
+        # srun's last words say why (the step was refused, or the node could not run it).
+        if STEP_ERROR not in output:
+            return None
+        return output.strip().splitlines()[-1]
+
+    def list_platform_jobs(self, prefix: str) -> dict[str, str]:
+        # Live jobs of the cluster account only (--me): platform jobs all run under it.
+        result = self._run(["squeue", "--noheader", "--me", f"--Format={QUERY_FORMAT}"])
+        if result.exit_status != 0 or _error_lines(result.stderr):
+            raise QueryFailed(f"squeue failed: {result.stderr.strip()[:500]}")
+        return {
+            job_id: info.name
+            for job_id, info in parse_squeue(result.stdout).items()
+            if info.name.startswith(prefix) and info.phase is not Phase.ENDED
+        }
+
+    def partitions(self) -> list[Partition]:
+        result = self._run(["sinfo", "--noheader", "--format=%P|%a|%l|%D|%T"])
+        if result.exit_status != 0 or _error_lines(result.stderr):
+            raise QueryFailed(f"sinfo failed: {result.stderr.strip()[:500]}")
+        return parse_sinfo(result.stdout)
+
+
+ADAPTER = SlurmAdapter

@@ -1,8 +1,0 @@
-from __future__ import annotations
-
-from tests.api.fixtures import (  # noqa: F401 - fixtures are found by name
-    api,
-    api_key,
-    cluster,
-    compute_env,
-)
