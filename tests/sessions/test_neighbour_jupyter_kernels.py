@@ -144,6 +144,10 @@ def canary_cell(canary: str, seconds: int = 60) -> str:
     )
 
 
+# Alone: its neighbour subscribes to every TCP port listening on the machine, srun's I/O ports
+# among them, and an srun whose port gets a ZMQ greeting ends ("Insane message length"): a
+# session starting meanwhile in another test failed so.
+@pytest.mark.serial
 def test_a_neighbour_subscribing_to_the_owners_tcp_ports_hears_nothing_of_her_kernel(
     session_platform: Platform,  # noqa: F811
     pw: Any,  # noqa: F811
