@@ -17,6 +17,7 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
+from playwright.sync_api import Error as PlaywrightError
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -148,15 +149,23 @@ def desktop_connected(page: Any) -> bool:
     # noVNC draws the remote screen into a canvas once the VNC handshake (carried by the proxy
     # through the launcher's gate to the X server's private socket) has succeeded.
     frame = novnc(page)
-    return frame is not None and bool(
-        frame.evaluate(
-            """() => {
-                const c = document.querySelector('#noVNC_container canvas, canvas');
-                if (!c || c.width < 100) return false;
-                return document.documentElement.classList.contains('noVNC_connected');
-            }"""
+    if frame is None:
+        return False
+    try:
+        return bool(
+            frame.evaluate(
+                """() => {
+                    const c = document.querySelector('#noVNC_container canvas, canvas');
+                    if (!c || c.width < 100) return false;
+                    return document.documentElement.classList.contains('noVNC_connected');
+                }"""
+            )
         )
-    )
+    except PlaywrightError as exc:
+        # The frame loading again (after the web server restarted) is not connected yet.
+        if "Execution context was destroyed" in str(exc):
+            return False
+        raise
 
 
 def distinct_colours(page: Any) -> int:
