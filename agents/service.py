@@ -13,7 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents.activity import ActivityReport
-from agents.beats import AgentBeats, AgentIdentity, Nonce, accepted
+from agents.beats import AgentBeats, AgentIdentity, Beaten, Nonce, accepted
 from agents.errors import AgentRefused
 from agents.nodes import NodeUnknown, note_claimed_host, scheduler_node
 from workers_app import signals
@@ -56,6 +56,24 @@ def connect_agent(public_id: str, key_hash: str, *, hostname: str, job_id: str) 
     return settings.ACTIVATE_HEARTBEAT_INTERVAL
 
 
+def _beat(
+    public_id: str,
+    key_hash: str,
+    *,
+    nonce: Nonce | None = None,
+    activity: ActivityReport | None = None,
+) -> Beaten | None:
+    """One run of the beat script; None while the agent's identity is not cached."""
+    beats = AgentBeats()
+    call = beats.beat_arguments(
+        public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY, nonce=nonce, activity=activity
+    )
+    beaten = accepted(beats.beat_agent(call))
+    if beaten is not None and beaten.first_in_window:
+        note_seen(beaten.worker_id)
+    return beaten
+
+
 def record_heartbeat(
     public_id: str,
     key_hash: str,
@@ -66,15 +84,8 @@ def record_heartbeat(
     """A beat from the agent whose key hashes to ``key_hash``, with the activity report it
     carries if any, in one synchronous call. With ``nonce`` the beat is done only if the nonce
     is new; without, the caller has already remembered it."""
-    beats = AgentBeats()
-    call = beats.beat_arguments(
-        public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY, nonce=nonce, activity=activity
-    )
-    beaten = accepted(beats.beat_agent(call))
-    if beaten is None:
+    if _beat(public_id, key_hash, nonce=nonce, activity=activity) is None:
         beat_uncached(public_id, key_hash, activity=activity)
-    elif beaten.first_in_window:
-        note_seen(beaten.worker_id)
 
 
 def beat_uncached(public_id: str, key_hash: str, *, activity: ActivityReport | None = None) -> None:
@@ -86,16 +97,9 @@ def beat_uncached(public_id: str, key_hash: str, *, activity: ActivityReport | N
         raise AgentRefused(409, "connect first")
     if worker.status != S.CONNECTED:
         raise AgentRefused(410, f"worker is {worker.status}")
-    beats = AgentBeats()
-    beats.remember_agent(public_id, AgentIdentity(worker.pk, worker.agent_secret_hash))
-    call = beats.beat_arguments(
-        public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY, activity=activity
-    )
-    beaten = accepted(beats.beat_agent(call))
-    if beaten is None:
+    AgentBeats().remember_agent(public_id, AgentIdentity(worker.pk, worker.agent_secret_hash))
+    if _beat(public_id, key_hash, activity=activity) is None:
         raise AgentRefused(403, "forbidden")
-    if beaten.first_in_window:
-        note_seen(beaten.worker_id)
 
 
 def note_seen(worker_id: int) -> None:

@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 
 from harness.cluster import SshTarget
 from harness.watcher import SecretBook, Watcher, gather_platform_secrets, x_cookies
+from tests.watched import TESTS, WATCHED
 from workers_app.models import ApiKey
 
 
@@ -137,3 +138,9 @@ def test_a_login_session_key_is_found_by_what_the_session_table_keeps_of_it(db: 
     assert leak.kind == "a platform session key (by its hash)" and key not in leak.shown
     made_up = "sessionid=" + "q" * 32
     assert book.leaks({"pid": 7, "uid": 1001, "argv": ["curl", "-b", made_up]}) == []
+
+
+def test_every_folder_the_neighbour_watches_exists_and_holds_tests() -> None:
+    # A folder renamed under the watch would leave its tests unwatched without a word.
+    for folder in WATCHED:
+        assert list((TESTS / folder).rglob("test_*.py")), f"tests/{folder} holds no test"
