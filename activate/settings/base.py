@@ -261,6 +261,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "identity",
     "workers_app",
     "agents",
     "sessions_app",

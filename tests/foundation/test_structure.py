@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 FLOORS = (
     ("core", "node"),
     ("schedulers",),
+    ("identity",),
     ("workers_app",),
     ("agents",),
     ("sessions_app",),
@@ -28,7 +29,7 @@ FLOORS = (
 HOUSE = tuple(room for floor in FLOORS for room in floor)
 # What ships besides the server: the command line, and the tools that drive a live platform.
 PACKAGES = (*HOUSE, "cli", "harness", "bench", "drills")
-APPS = ("workers_app", "agents", "sessions_app", "notices_app")
+APPS = ("identity", "workers_app", "agents", "sessions_app", "notices_app")
 # Django imports an app's signal receivers when the app registry is ready, not at import time.
 FUNCTION_IMPORTS_ALLOWED = {
     ("workers_app/apps.py", "ready"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers_app.models.api_keys import ApiKey
+from workers_app.models.api_keys import ApiKey, KeyScope
 from workers_app.models.clusters import (
     AccountOrigin,
     AgentRelay,
@@ -11,6 +11,7 @@ from workers_app.models.clusters import (
     ClusterAccount,
     Reachability,
     RelayState,
+    UnixNameRule,
 )
 from workers_app.models.environments import (
     Environment,
@@ -37,6 +38,7 @@ __all__ = [
     "AgentRelay",
     "AgentRoute",
     "ApiKey",
+    "KeyScope",
     "Cluster",
     "ClusterAccount",
     "Environment",
@@ -45,6 +47,7 @@ __all__ = [
     "FieldKind",
     "Reachability",
     "RelayState",
+    "UnixNameRule",
     "SavedRequest",
     "TerminalRecord",
     "UsageCap",

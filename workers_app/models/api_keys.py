@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from workers_app.models.identity import hash_secret
+
+
+class KeyScope(models.TextChoices):
+    FULL = "full", "everything the user may do"
+    SESSION = "session", "everything but managing API keys"
 
 
 class ApiKey(models.Model):
@@ -20,6 +26,9 @@ class ApiKey(models.Model):
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Keys the command line gets by signing in expire, and cannot make keys of their own.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    scope = models.CharField(max_length=8, choices=KeyScope.choices, default=KeyScope.FULL)
 
     class Meta:
         ordering = ["-created_at"]
@@ -28,10 +37,22 @@ class ApiKey(models.Model):
         return f"{self.prefix}… ({self.user})"
 
     @classmethod
-    def issue(cls, user: models.Model, name: str = "") -> tuple[ApiKey, str]:
+    def issue(
+        cls,
+        user: models.Model,
+        name: str = "",
+        *,
+        expires_at: datetime | None = None,
+        scope: str = KeyScope.FULL,
+    ) -> tuple[ApiKey, str]:
         """Create a key; the plain text is returned once and never stored."""
         secret = "pwk_" + secrets.token_urlsafe(32)
         key = cls.objects.create(
-            user=user, name=name, prefix=secret[:12], key_hash=hash_secret(secret)
+            user=user,
+            name=name,
+            prefix=secret[:12],
+            key_hash=hash_secret(secret),
+            expires_at=expires_at,
+            scope=scope,
         )
         return key, secret

@@ -31,6 +31,13 @@ class Environment(models.Model):
         "Site default for its workers: delete when idle this many minutes (blank: the "
         "cluster's default)."
     )
+    allowed_groups = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="+",
+        help_text="Only members of these groups see the environment (none: all who see the "
+        "cluster).",
+    )
 
     class Meta:
         ordering = ["cluster__name", "name"]
