@@ -25,6 +25,13 @@ SSH_USER=pwtest
 # Per-user cluster accounts: each logs in with a key of its own (.cluster/id_ed25519_<name>),
 # so tests can prove that Slurm and the OS keep one user's jobs from another.
 ACCOUNTS=(pwalice pwbob)
+# The people of the identity tests: pwcarol signs in through the OpenID provider, pwdave
+# through the LDAP directory (scripts/directory.sh). They reach the cluster with a
+# certificate of the platform's CA; the keys they get too are only for checks.
+IDENTITY_ACCOUNTS=(pwcarol pwdave)
+# The CAs whose user certificates sshd accepts (one public key a line; tests append theirs).
+# sshd reads it at each authentication, so a new line counts without a reload.
+USER_CA_KEYS=/etc/ssh/activate_test_user_ca_keys
 SSHD_CONFIG=/etc/ssh/sshd_activate_test_config
 SSHD_HOST_KEY=/etc/ssh/ssh_host_ed25519_key
 SSHD_PIDFILE=/run/sshd_activate_test.pid
@@ -362,7 +369,7 @@ ensure_users() {
     local account
     ensure_user "$SSH_USER" 0755
     # The accounts' homes (where their jobs write) are closed to each other.
-    for account in "${ACCOUNTS[@]}"; do ensure_user "$account" 0700; done
+    for account in "${ACCOUNTS[@]}" "${IDENTITY_ACCOUNTS[@]}"; do ensure_user "$account" 0700; done
 }
 
 # ensure_client_key USER KEYFILE: the key exists and USER's authorized_keys holds it.
@@ -391,7 +398,9 @@ ensure_client_key() {
 ensure_client_keys() {
     local account
     ensure_client_key "$SSH_USER" "$CLIENT_KEY"
-    for account in "${ACCOUNTS[@]}"; do ensure_client_key "$account" "$(account_key "$account")"; done
+    for account in "${ACCOUNTS[@]}" "${IDENTITY_ACCOUNTS[@]}"; do
+        ensure_client_key "$account" "$(account_key "$account")"
+    done
 }
 
 host_key_line() { awk '{print $1" "$2}' "$SSHD_HOST_KEY.pub"; }
@@ -403,7 +412,7 @@ Port ${SSH_PORT}
 ListenAddress ${SSH_HOST}
 HostKey ${SSHD_HOST_KEY}
 PidFile ${SSHD_PIDFILE}
-AllowUsers ${SSH_USER} ${ACCOUNTS[*]}
+AllowUsers ${SSH_USER} ${ACCOUNTS[*]} ${IDENTITY_ACCOUNTS[*]}
 PermitRootLogin no
 AuthenticationMethods publickey
 PubkeyAuthentication yes
@@ -413,6 +422,7 @@ HostbasedAuthentication no
 PermitEmptyPasswords no
 UsePAM no
 AuthorizedKeysFile .ssh/authorized_keys
+TrustedUserCAKeys ${USER_CA_KEYS}
 StrictModes yes
 UseDNS no
 PrintMotd no
@@ -452,8 +462,16 @@ ensure_sshd_host_key() {
     fi
 }
 
+# Created empty, never emptied: the lines tests add are theirs to remove.
+ensure_user_ca_keys() {
+    [[ -e $USER_CA_KEYS ]] || : >"$USER_CA_KEYS"
+    chown root:root "$USER_CA_KEYS"
+    chmod 0644 "$USER_CA_KEYS"
+}
+
 ensure_sshd_config() {
     ensure_sshd_host_key
+    ensure_user_ca_keys
     install -d -m 0755 /run/sshd
     if render_sshd_config | write_if_changed "$SSHD_CONFIG" 0644; then
         log "wrote $SSHD_CONFIG"
@@ -502,7 +520,7 @@ ensure_sshd() {
         fi
     fi
     start_sshd
-    for account in "${ACCOUNTS[@]}"; do
+    for account in "${ACCOUNTS[@]}" "${IDENTITY_ACCOUNTS[@]}"; do
         wait_until 30 "sshd ($account)" ssh_ok "$account" "$(account_key "$account")" \
             || die "sshd does not accept $account's key (see $SSHD_LOG)"
     done
@@ -526,7 +544,9 @@ ACTIVATE_TEST_SSH_HOST_KEY=${hk}
 ACTIVATE_TEST_SLURM_PARTITION=${SLURM_PARTITION}
 ACTIVATE_TEST_ACCOUNTS=${accounts}
 EOF
-        for account in "${ACCOUNTS[@]}"; do
+        printf 'ACTIVATE_TEST_IDENTITY_ACCOUNTS=%s\n' "$(IFS=,; echo "${IDENTITY_ACCOUNTS[*]}")"
+        printf 'ACTIVATE_TEST_USER_CA_KEYS=%s\n' "$USER_CA_KEYS"
+        for account in "${ACCOUNTS[@]}" "${IDENTITY_ACCOUNTS[@]}"; do
             printf 'ACTIVATE_TEST_ACCOUNT_KEY_%s=%s\n' "$account" "$(account_key "$account")"
         done
         sge_env_lines
