@@ -7,9 +7,10 @@ TEST_DB ?= activate
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/$(TEST_DB)
 export TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run demo test venv services cluster browser session-tools lint typecheck pytest bench drills clean
+.PHONY: run demo test venv build-deps services cluster identity browser session-tools lint typecheck pytest bench drills clean
 
 $(BIN)/activate-installed: pyproject.toml cli/pyproject.toml
+	@$(MAKE) --no-print-directory build-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -17,6 +18,23 @@ $(BIN)/activate-installed: pyproject.toml cli/pyproject.toml
 	touch $@
 
 venv: $(BIN)/activate-installed
+
+# python-ldap (django-auth-ldap's) has no wheels: it compiles against OpenLDAP's and Cyrus SASL's
+# headers, with a C compiler and Python's own headers. Debian's packages, as root, when missing.
+build-deps:
+	@missing=""; \
+	for pkg in libldap2-dev libsasl2-dev; do \
+	  dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	command -v gcc >/dev/null || missing="$$missing gcc"; \
+	$(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+	  || missing="$$missing python3-dev"; \
+	if [ -n "$$missing" ]; then \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	  echo "[build-deps] installing$$missing"; \
+	  $$sudo apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
+	fi
 
 run: venv
 	$(BIN)/python scripts/run.py
@@ -33,6 +51,17 @@ browser:
 
 cluster:
 	bash scripts/testcluster.sh up
+
+# The identity tests' services: the OpenID provider's packages (scripts/idp, from its lock file,
+# again when it changed) and the LDAP directory (scripts/directory.sh).
+IDP_INSTALLED := scripts/idp/node_modules/.package-lock.json
+$(IDP_INSTALLED): scripts/idp/package.json scripts/idp/package-lock.json
+	@command -v npm >/dev/null || { echo "make identity: needs Node.js 20 or later (node, npm)" >&2; exit 1; }
+	cd scripts/idp && npm ci --silent
+	touch $@
+
+identity: $(IDP_INSTALLED)
+	bash scripts/directory.sh up
 
 # What sessions run on the test node: TigerVNC, noVNC, websockify, xterm; code-server and
 # JupyterLab (each cached).
@@ -59,7 +88,7 @@ pytest: venv
 	$(BIN)/pytest -m serial -p no:xdist $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
 	exit $$status
 
-test: venv services cluster browser session-tools lint typecheck pytest
+test: venv services cluster identity browser session-tools lint typecheck pytest
 
 # Benchmarks and drills own their database and Redis number: they delete the workers in them.
 bench: venv services cluster
