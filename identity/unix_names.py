@@ -5,6 +5,7 @@ user_map_match), unless an operator set one for them."""
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 from django.contrib.auth.models import AbstractBaseUser
 
@@ -53,3 +54,23 @@ def unix_name(site_name: str, rule: str, match: str = "", replace: str = "") -> 
     else:
         candidate = site_name
     return candidate if UNIX_NAME.fullmatch(candidate) else None
+
+
+class NamingCluster(Protocol):
+    unix_name_rule: str
+    unix_name_match: str
+    unix_name_replace: str
+
+
+def unix_name_on(user: AbstractBaseUser, cluster: NamingCluster) -> str | None:
+    """``user``'s Unix name by ``cluster``'s rule; None when it maps them to nothing (an
+    operator's override is an account of its own, not a rule)."""
+    try:
+        return unix_name(
+            site_name_of(user),
+            cluster.unix_name_rule,
+            cluster.unix_name_match,
+            cluster.unix_name_replace,
+        )
+    except RuleInvalid:
+        return None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from django.contrib import messages
 from django.contrib.auth.models import User
+from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -46,7 +47,8 @@ def _connected_workers(user: User) -> list[Worker]:
 def target_groups(user: User) -> list[TargetGroup]:
     workers = _connected_workers(user)
     groups = []
-    for cluster in Cluster.objects.order_by("name").prefetch_related("environments"):
+    environments = Prefetch("environments", queryset=Environment.objects.visible_to(user))
+    for cluster in Cluster.objects.visible_to(user).order_by("name").prefetch_related(environments):
         environments = sorted(
             (e for e in cluster.environments.all() if e.is_active), key=lambda e: e.name
         )

@@ -50,6 +50,8 @@ def test_the_account_fields_pw_reads_are_the_ones_the_api_documents(schema: Sche
 
     assert cluster["shared"]["type"] == "boolean"
     assert set(clusters.ACCOUNT_FIELDS) <= set(account["properties"])
+    assert list(clusters.LOGINS) == resolved(schema, cluster["login"])["enum"]
+    assert cluster["unix_name"]["type"] == "string"
 
 
 def test_the_agent_routes_and_relay_states_pw_shows_are_the_ones_the_api_documents(

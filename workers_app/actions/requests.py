@@ -101,12 +101,14 @@ def _bulk_key(idempotency_key: str, n: int) -> str:
     return f"{idempotency_key}#{n}"
 
 
-def _active_environment(cluster: str, environment: str) -> Environment:
-    found_cluster = Cluster.objects.filter(name=cluster).first()
+def _active_environment(owner: User, cluster: str, environment: str) -> Environment:
+    # What a user's groups keep from them is unknown to them, not forbidden: nothing to probe.
+    found_cluster = Cluster.objects.visible_to(owner).filter(name=cluster).first()
     if found_cluster is None:
         raise ParameterError("cluster", f"unknown cluster {cluster!r}")
     env = (
-        Environment.objects.filter(cluster=found_cluster, name=environment)
+        Environment.objects.visible_to(owner)
+        .filter(cluster=found_cluster, name=environment)
         .select_related("cluster")
         .prefetch_related("fields")
         .first()
@@ -129,7 +131,7 @@ def _record_requests(
     idle_minutes: float | None,
 ) -> list[Worker]:
     """``idle_minutes``: the idle policy (0: none; None: the site's default)."""
-    env = _active_environment(cluster, environment)
+    env = _active_environment(owner, cluster, environment)
     found_cluster = env.cluster
     for name in names:
         if len(name) > NAME_MAX or not name.isprintable():
@@ -238,7 +240,7 @@ def save_request(
         raise ParameterError(
             "name", "must be 1-64 letters, digits, '-' or '_', starting with a letter or digit"
         )
-    env = _active_environment(cluster, environment)
+    env = _active_environment(owner, cluster, environment)
     resolved = validate_params(env, params, scheduler=adapter_class(env.cluster.scheduler))
     return SavedRequest.objects.update_or_create(
         owner=owner, name=name, defaults={"environment": env, "params": resolved}

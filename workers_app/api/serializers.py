@@ -8,6 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from identity.unix_names import unix_name_on
 from workers_app import idle
 from workers_app.actions.requests import BULK_MAX, NAME_MAX
 from workers_app.models import (
@@ -62,6 +63,14 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
     account = serializers.SerializerMethodField(
         help_text="Your own account on this cluster, if any (null on a shared cluster too)."
     )
+    login = serializers.SerializerMethodField(
+        help_text="How you log in there: `certificate` (the platform signs one for you: connect "
+        "nothing), `key` (your own account's key) or `shared` (the cluster's own account)."
+    )
+    unix_name = serializers.SerializerMethodField(
+        help_text="Your Unix name there: your account's, else (certificate clusters) the one "
+        "the cluster's rule makes of your name; null when there is none."
+    )
 
     class Meta:
         model = Cluster
@@ -74,10 +83,28 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "last_contact_at",
             "shared",
             "account",
+            "login",
+            "unix_name",
             "agent_route",
             "relay_state",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ChoiceField(choices=["certificate", "key", "shared"]))
+    def get_login(self, cluster: Cluster) -> str:
+        if cluster.shared:
+            return "shared"
+        return "certificate" if cluster.ca_public_key else "key"
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_unix_name(self, cluster: Cluster) -> str | None:
+        mine = getattr(cluster, "my_accounts", [])
+        if mine:
+            return str(mine[0].remote_username)
+        request = self.context.get("request")
+        if cluster.shared or not cluster.ca_public_key or request is None:
+            return None
+        return unix_name_on(request.user, cluster)
 
     relay_state = serializers.SerializerMethodField(
         help_text="Agents via the login host: their relay there, as the platform last saw it "

@@ -171,6 +171,10 @@ class ClusterViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Cluster]):
         "reachability",
         "last_contact_at",
         "shared",
+        "ca_public_key",
+        "unix_name_rule",
+        "unix_name_match",
+        "unix_name_replace",
         "agent_route",
         "agent_relay__state",
         "agent_relay__checked_at",
@@ -178,7 +182,7 @@ class ClusterViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Cluster]):
 
     def get_queryset(self) -> QuerySet[Cluster]:
         mine = ClusterAccount.objects.filter(user=_user(self.request))
-        return self.queryset.prefetch_related(
+        return self.queryset.visible_to(_user(self.request)).prefetch_related(
             Prefetch("accounts", queryset=mine, to_attr="my_accounts")
         )
 
@@ -248,9 +252,13 @@ class EnvironmentViewSet(ApiErrorsMixin, viewsets.ReadOnlyModelViewSet[Environme
     queryset = Environment.objects.all()
 
     def get_queryset(self) -> QuerySet[Environment]:
-        cluster = get_object_or_404(Cluster.objects.only("id", "name"), name=self.kwargs["cluster"])
+        user = _user(self.request)
+        cluster = get_object_or_404(
+            Cluster.objects.visible_to(user).only("id", "name"), name=self.kwargs["cluster"]
+        )
         return (
-            Environment.objects.filter(cluster=cluster)
+            Environment.objects.visible_to(user)
+            .filter(cluster=cluster)
             .select_related("cluster")
             .prefetch_related("fields")
             .order_by("name")

@@ -5,12 +5,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, Group
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 import schedulers
 from core.keystore import decrypt_private_key, encrypt_private_key
+from identity.unix_names import RuleInvalid, check_rule
 from workers_app.models.idle import idle_minutes_field
 
 
@@ -34,6 +38,24 @@ class UnixNameRule(models.TextChoices):
     AS_IS = "as_is", "the site's name as it is"
     LOWER = "lower", "the site's name in lower case"
     REGEX = "regex", "a regular expression map"
+
+
+def may_see_all(user: AbstractBaseUser | AnonymousUser) -> bool:
+    return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+
+
+class ClusterQuerySet(models.QuerySet["Cluster"]):
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> ClusterQuerySet:
+        """The clusters ``user`` may see: those limited to no group or to one of theirs
+        (operators see all)."""
+        if may_see_all(user):
+            return self
+        mine = Q(allowed_groups__isnull=True) | Q(allowed_groups__in=user_groups(user))
+        return self.filter(pk__in=Cluster.objects.filter(mine).values("pk"))
+
+
+def user_groups(user: AbstractBaseUser | AnonymousUser) -> models.QuerySet[Group]:
+    return Group.objects.filter(user__pk=user.pk) if user.pk else Group.objects.none()
 
 
 class Cluster(models.Model):
@@ -112,6 +134,8 @@ class Cluster(models.Model):
         help_text="Only members of these groups see the cluster (none: everyone).",
     )
 
+    objects = ClusterQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
 
@@ -125,6 +149,10 @@ class Cluster(models.Model):
             )
         if self.relay_port > 65535:
             raise ValidationError({"relay_port": "A port is 1 to 65535 (0: picked once)."})
+        try:
+            check_rule(self.unix_name_rule, self.unix_name_match, self.unix_name_replace)
+        except RuleInvalid as exc:
+            raise ValidationError({"unix_name_match": str(exc)}) from None
 
     def set_private_key(self, pem: str) -> None:
         self.private_key_encrypted = encrypt_private_key(pem)

@@ -4,16 +4,30 @@ from __future__ import annotations
 
 import re
 
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import Q
 
-from workers_app.models.clusters import Cluster
+from workers_app.models.clusters import Cluster, may_see_all, user_groups
 from workers_app.models.idle import idle_minutes_field
 
 
 class EnvironmentSource(models.TextChoices):
     AUTO = "auto", "auto-detected"
     CUSTOM = "custom", "custom"
+
+
+class EnvironmentQuerySet(models.QuerySet["Environment"]):
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> EnvironmentQuerySet:
+        """The environments ``user`` may see: on a cluster they see, limited to no group or
+        to one of theirs (operators see all)."""
+        if may_see_all(user):
+            return self
+        mine = Q(allowed_groups__isnull=True) | Q(allowed_groups__in=user_groups(user))
+        allowed = Environment.objects.filter(mine, cluster__in=Cluster.objects.visible_to(user))
+        return self.filter(pk__in=allowed.values("pk"))
 
 
 class Environment(models.Model):
@@ -38,6 +52,8 @@ class Environment(models.Model):
         help_text="Only members of these groups see the environment (none: all who see the "
         "cluster).",
     )
+
+    objects = EnvironmentQuerySet.as_manager()
 
     class Meta:
         ordering = ["cluster__name", "name"]

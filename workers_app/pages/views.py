@@ -97,8 +97,13 @@ def workers_table(request: HttpRequest) -> HttpResponse:
 def _request_form_setup(
     request: HttpRequest, wanted: str | None
 ) -> tuple[list[ClusterGroup], Environment | None]:
-    fields = Prefetch("environments", queryset=Environment.objects.prefetch_related("fields"))
-    clusters = list(Cluster.objects.prefetch_related(fields))
+    user = _user(request)
+    environments = Environment.objects.visible_to(user).prefetch_related("fields")
+    clusters = list(
+        Cluster.objects.visible_to(user).prefetch_related(
+            Prefetch("environments", queryset=environments)
+        )
+    )
     connected = set(
         ClusterAccount.objects.filter(user=_user(request), verified_at__isnull=False).values_list(
             "cluster_id", flat=True
@@ -252,14 +257,16 @@ def worker_terminal(request: HttpRequest, public_id: str) -> HttpResponse:
 @login_required_page
 @require_GET
 def clusters(request: HttpRequest) -> HttpResponse:
-    found = list(Cluster.objects.prefetch_related("environments"))
+    user = _user(request)
+    environments = Prefetch("environments", queryset=Environment.objects.visible_to(user))
+    found = list(Cluster.objects.visible_to(user).prefetch_related(environments))
     mine = {a.cluster_id: a for a in ClusterAccount.objects.filter(user=_user(request))}
     rows = [(cluster, mine.get(cluster.pk)) for cluster in found]
     return render(request, "workers_app/clusters/list.html", {"rows": rows})
 
 
 def _cluster_and_account(request: HttpRequest, name: str) -> tuple[Cluster, ClusterAccount | None]:
-    cluster = get_object_or_404(Cluster, name=name)
+    cluster = get_object_or_404(Cluster.objects.visible_to(_user(request)), name=name)
     return cluster, accounts.account_of(_user(request), cluster)
 
 

@@ -18,6 +18,8 @@ ACCOUNT_FIELDS = ("remote_username", "verified", "public_key", "origin", "last_e
 # How agents reach the platform, and the states of a relay on the login host (checked likewise).
 AGENT_ROUTES = ("direct", "via_login_host")
 RELAY_STATES = ("starting", "up", "down", "stopped", "unknown")
+# How a user logs in to a cluster (checked likewise).
+LOGINS = ("certificate", "key", "shared")
 PUBLIC_KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-ssh-", "sk-ecdsa-")
 
 
@@ -31,11 +33,20 @@ def no_account(cluster: str) -> str:
 
 def account_cell(cluster: dict[str, Any]) -> str:
     account = cluster.get("account")
+    certificate = cluster.get("login") == LOGINS[0]
     if account:
-        state = "verified" if account.get("verified") else "not verified"
+        state = (
+            "certificate"
+            if certificate
+            else ("verified" if account.get("verified") else "not verified")
+        )
         return f"{account.get('remote_username')} ({state})"
     if cluster.get("shared"):
         return "shared"
+    if certificate:
+        if cluster.get("unix_name"):
+            return f"{cluster['unix_name']} (certificate)"
+        return "none - your name maps to no Unix name there; ask an operator"
     return f"none - run: pw cluster connect {cluster['name']} --user USER"
 
 

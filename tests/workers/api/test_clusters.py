@@ -33,6 +33,8 @@ def test_clusters_show_name_scheduler_and_reachability_but_no_connection_details
         "account",
         "agent_route",
         "relay_state",
+        "login",
+        "unix_name",
     }
     assert (shown["agent_route"], shown["relay_state"]) == ("direct", None)
     assert shown["name"] == "test-slurm"

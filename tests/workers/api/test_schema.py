@@ -69,6 +69,8 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
         "account",
         "agent_route",
         "relay_state",
+        "login",
+        "unix_name",
     }
 
 
