@@ -60,6 +60,10 @@ class ClusterForm(forms.ModelForm):
             "relay_host",
             "relay_port",
             "idle_minutes",
+            "unix_name_rule",
+            "unix_name_match",
+            "unix_name_replace",
+            "allowed_groups",
         ]
 
     def clean_idle_minutes(self) -> float | None:
@@ -259,6 +263,7 @@ class ClusterAdmin(admin.ModelAdmin):
         "relay_status",
     ]
     inlines = [EnvironmentInline]
+    filter_horizontal = ["allowed_groups"]
     actions = ["probe", "pin_host_key", "confirm_lost_workers"]
 
     def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
@@ -364,6 +369,7 @@ class EnvironmentFieldInline(admin.TabularInline):
 class EnvironmentAdmin(admin.ModelAdmin):
     list_display = ["name", "cluster", "partition", "source", "is_active", "nodes_available"]
     list_filter = ["cluster", "source", "is_active"]
+    filter_horizontal = ["allowed_groups"]
     inlines = [EnvironmentFieldInline]
 
 
