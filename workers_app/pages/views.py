@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.errors import ParameterError
 from core.pages import is_htmx, login_required_page, navigate
+from identity.unix_names import site_name_of, unix_name_on
 from workers_app import idle
 from workers_app.actions import cluster_accounts as accounts
 from workers_app.actions import deletion, requests, usage
@@ -260,9 +261,19 @@ def clusters(request: HttpRequest) -> HttpResponse:
     user = _user(request)
     environments = Prefetch("environments", queryset=Environment.objects.visible_to(user))
     found = list(Cluster.objects.visible_to(user).prefetch_related(environments))
-    mine = {a.cluster_id: a for a in ClusterAccount.objects.filter(user=_user(request))}
-    rows = [(cluster, mine.get(cluster.pk)) for cluster in found]
-    return render(request, "workers_app/clusters/list.html", {"rows": rows})
+    mine = {a.cluster_id: a for a in ClusterAccount.objects.filter(user=user)}
+    rows = [(cluster, mine.get(cluster.pk), _unix_name(user, cluster, mine)) for cluster in found]
+    return render(
+        request,
+        "workers_app/clusters/list.html",
+        {"rows": rows, "site_name": site_name_of(user)},
+    )
+
+
+def _unix_name(user: User, cluster: Cluster, mine: dict[int, ClusterAccount]) -> str | None:
+    if cluster.pk in mine:
+        return str(mine[cluster.pk].remote_username)
+    return unix_name_on(user, cluster) if cluster.ca_public_key else None
 
 
 def _cluster_and_account(request: HttpRequest, name: str) -> tuple[Cluster, ClusterAccount | None]:
