@@ -16,6 +16,7 @@ from core.env import (
     require_less_than,
     stored_secret,
 )
+from identity.ldap import ldap_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -250,6 +251,73 @@ require_less_than(
     ("ACTIVATE_PENDING_TIMEOUT", ACTIVATE_PENDING_TIMEOUT),
     ("ACTIVATE_QUEUED_TIMEOUT", ACTIVATE_QUEUED_TIMEOUT),
 )
+
+# Single sign-on with OpenID Connect (identity/oidc.py): the provider's issuer URL (its
+# endpoints come from its discovery document), our confidential client for the browser, and the
+# public client `pw auth login` runs the device grant with. Empty issuer: no single sign-on.
+ACTIVATE_OIDC_ISSUER = env.matching(
+    "ACTIVATE_OIDC_ISSUER",
+    "",
+    pattern=r"|https://[^\s?#]+|http://(127\.[0-9.]+|localhost|\[::1\])(:[0-9]+)?(/[^\s?#]*)?",
+    meaning="empty or the provider's https:// URL (http:// only on loopback)",
+)
+ACTIVATE_OIDC_CLIENT_ID = env.string("ACTIVATE_OIDC_CLIENT_ID", "")
+ACTIVATE_OIDC_CLIENT_SECRET = env.string("ACTIVATE_OIDC_CLIENT_SECRET", "")
+ACTIVATE_OIDC_CLI_CLIENT_ID = env.string("ACTIVATE_OIDC_CLI_CLIENT_ID", "")
+ACTIVATE_OIDC_SCOPES = env.string("ACTIVATE_OIDC_SCOPES", "openid profile email groups")
+_claim = {"pattern": r"[A-Za-z0-9_:./-]{1,128}", "meaning": "a claim name"}
+ACTIVATE_OIDC_USERNAME_CLAIM = env.matching(
+    "ACTIVATE_OIDC_USERNAME_CLAIM", "preferred_username", **_claim
+)
+ACTIVATE_OIDC_UNIX_CLAIM = env.matching("ACTIVATE_OIDC_UNIX_CLAIM", "preferred_username", **_claim)
+ACTIVATE_OIDC_GROUPS_CLAIM = env.matching("ACTIVATE_OIDC_GROUPS_CLAIM", "groups", **_claim)
+ACTIVATE_OIDC_LABEL = env.string("ACTIVATE_OIDC_LABEL", "single sign-on")
+# How our client proves itself at the token endpoint (client_secret_basic is the one every
+# provider must support).
+ACTIVATE_OIDC_TOKEN_AUTH = env.matching(
+    "ACTIVATE_OIDC_TOKEN_AUTH",
+    "client_secret_basic",
+    pattern="client_secret_basic|client_secret_post",
+    meaning="client_secret_basic or client_secret_post",
+)
+if ACTIVATE_OIDC_ISSUER and not (ACTIVATE_OIDC_CLIENT_ID and ACTIVATE_OIDC_CLIENT_SECRET):
+    raise ConfigurationError(
+        "ACTIVATE_OIDC_CLIENT_ID and ACTIVATE_OIDC_CLIENT_SECRET must be set with"
+        " ACTIVATE_OIDC_ISSUER"
+    )
+if "openid" not in ACTIVATE_OIDC_SCOPES.split():
+    raise ConfigurationError(
+        f"ACTIVATE_OIDC_SCOPES must include openid, got {ACTIVATE_OIDC_SCOPES!r}"
+    )
+# API keys `pw auth login` gets by signing in expire after this many hours.
+ACTIVATE_CLI_KEY_HOURS = env.number("ACTIVATE_CLI_KEY_HOURS", 12, minimum=0.001)
+# mozilla-django-oidc's own settings, from ours: PKCE (S256) and a nonce on every sign-in; the
+# ID token kept in the session for the provider's logout (its id_token_hint).
+OIDC_RP_CLIENT_ID = ACTIVATE_OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = ACTIVATE_OIDC_CLIENT_SECRET
+OIDC_RP_SCOPES = ACTIVATE_OIDC_SCOPES
+OIDC_USE_NONCE = True
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_STORE_ID_TOKEN = True
+OIDC_TOKEN_USE_BASIC_AUTH = ACTIVATE_OIDC_TOKEN_AUTH == "client_secret_basic"  # noqa: S105 - a method's name
+OIDC_TIMEOUT = 10
+
+# The site's directory (identity/ldap.py): ACTIVATE_LDAP_URL empty, none. The bind password is
+# named like a password so that Django's error pages hide it.
+_directory = ldap_settings(env)
+ACTIVATE_LDAP_URL: str = _directory.pop("ACTIVATE_LDAP_URL")
+ACTIVATE_LDAP_UNIX_ATTRIBUTE: str = _directory.pop("ACTIVATE_LDAP_UNIX_ATTRIBUTE")
+ACTIVATE_LDAP_GROUP_BASE: str = _directory.pop("ACTIVATE_LDAP_GROUP_BASE")
+globals().update(_directory)  # django-auth-ldap's AUTH_LDAP_* (none without a directory)
+
+# Local accounts first (operators keep their passwords), then the directory, then single
+# sign-on (whose backend only answers its own callback).
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    *(["django_auth_ldap.backend.LDAPBackend"] if ACTIVATE_LDAP_URL else []),
+    *(["identity.oidc.OidcBackend"] if ACTIVATE_OIDC_ISSUER else []),
+]
 
 INSTALLED_APPS = [
     "django.contrib.admin",

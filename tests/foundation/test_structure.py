@@ -35,6 +35,7 @@ FUNCTION_IMPORTS_ALLOWED = {
     ("workers_app/apps.py", "ready"),
     ("sessions_app/apps.py", "ready"),
     ("notices_app/apps.py", "ready"),
+    ("identity/apps.py", "ready"),
 }
 TRANSPORT = "core.transport"
 

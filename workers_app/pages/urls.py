@@ -9,11 +9,7 @@ app_name = "pages"
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True),
-        name="login",
-    ),
+    path("login/", views.LoginPage.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("workers/", views.workers, name="workers"),
     path("workers/table/", views.workers_table, name="workers-table"),

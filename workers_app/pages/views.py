@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
@@ -47,6 +48,17 @@ NEW_API_KEY = "pages-new-api-key"
 def _user(request: HttpRequest) -> User:
     assert isinstance(request.user, User)  # login_required_page ran
     return request.user
+
+
+class LoginPage(auth_views.LoginView):
+    """The password form, and beside it the single sign-on's button when it is on."""
+
+    redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["sso_label"] = settings.ACTIVATE_OIDC_LABEL if settings.ACTIVATE_OIDC_ISSUER else ""
+        return context
 
 
 @require_GET
