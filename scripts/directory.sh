@@ -317,6 +317,6 @@ case "$cmd" in
         ;;
     status)
         printf 'slapd     : %s\n' "$(admin_bind >/dev/null 2>&1 && echo "up ($LDAP_URL)" || echo DOWN)"
-        printf 'seed      : %s\n' "$(seeded && echo ok || echo MISSING)"
+        printf 'seed      : %s\n' "$(seeded && echo ok || echo 'NOT AS SEEDED (up resets it)')"
         ;;
 esac
