@@ -25,6 +25,7 @@ from workers_app.models import (
     Environment,
     EnvironmentField,
     TerminalRecord,
+    UnixNameRule,
     UsageCap,
     Worker,
     WorkerCommand,
@@ -78,9 +79,13 @@ class ClusterForm(forms.ModelForm):
         # Left out of a form post, the route stays direct and the relay's port is picked.
         self.fields["agent_route"].required = False
         self.fields["relay_port"].required = False
+        self.fields["unix_name_rule"].required = False
 
     def clean_agent_route(self) -> str:
         return str(self.cleaned_data.get("agent_route") or AgentRoute.DIRECT)
+
+    def clean_unix_name_rule(self) -> str:
+        return str(self.cleaned_data.get("unix_name_rule") or UnixNameRule.AS_IS)
 
     def clean_relay_port(self) -> int:
         return int(self.cleaned_data.get("relay_port") or 0)
