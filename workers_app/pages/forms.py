@@ -43,26 +43,44 @@ class ClusterGroup:
     cluster: Cluster
     options: list[EnvironmentOption]
     needs_account: bool
+    # A certificate cluster the user's name maps to no Unix name on.
+    unmapped: bool = False
 
 
 def environment_groups(
-    clusters: Iterable[Cluster], *, connected_cluster_ids: set[int]
+    clusters: Iterable[Cluster],
+    *,
+    connected_cluster_ids: set[int],
+    unmapped_cluster_ids: frozenset[int] = frozenset(),
 ) -> list[ClusterGroup]:
     """Environments grouped by cluster (clusters with prefetched environments and fields)."""
     groups = []
     for cluster in clusters:
         offline = cluster.reachability == Reachability.OFFLINE
+        unmapped = cluster.pk in unmapped_cluster_ids
         options = [
             EnvironmentOption(
                 environment=env,
                 unavailable=(
-                    "inactive" if not env.is_active else "cluster offline" if offline else ""
+                    "inactive"
+                    if not env.is_active
+                    else "cluster offline"
+                    if offline
+                    else "no Unix name for you here"
+                    if unmapped
+                    else ""
                 ),
             )
             for env in cluster.environments.all()
         ]
-        needs_account = not cluster.shared and cluster.pk not in connected_cluster_ids
-        groups.append(ClusterGroup(cluster=cluster, options=options, needs_account=needs_account))
+        needs_account = (
+            not cluster.shared and not unmapped and cluster.pk not in connected_cluster_ids
+        )
+        groups.append(
+            ClusterGroup(
+                cluster=cluster, options=options, needs_account=needs_account, unmapped=unmapped
+            )
+        )
     return groups
 
 

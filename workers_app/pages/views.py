@@ -117,12 +117,19 @@ def _request_form_setup(
             Prefetch("environments", queryset=environments)
         )
     )
-    connected = set(
-        ClusterAccount.objects.filter(user=_user(request), verified_at__isnull=False).values_list(
-            "cluster_id", flat=True
-        )
+    held = dict(ClusterAccount.objects.filter(user=user).values_list("cluster_id", "verified_at"))
+    connected = {pk for pk, verified_at in held.items() if verified_at}
+    # On a certificate cluster a Unix name is all a person needs: the first request makes it.
+    named = {
+        c.pk: c.pk in held or unix_name_on(user, c) is not None
+        for c in clusters
+        if c.ca_public_key and not c.shared
+    }
+    connected |= {pk for pk, ok in named.items() if ok}
+    unmapped = frozenset(pk for pk, ok in named.items() if not ok)
+    groups = environment_groups(
+        clusters, connected_cluster_ids=connected, unmapped_cluster_ids=unmapped
     )
-    groups = environment_groups(clusters, connected_cluster_ids=connected)
     options = [option for group in groups for option in group.options if option.selectable]
     selected = next((o.environment for o in options if str(o.environment.pk) == wanted), None)
     if selected is None and options and wanted is None:

@@ -52,3 +52,24 @@ def test_an_unmapped_person_is_told_plainly_and_an_operator_override_wins(
         user=user, cluster=ca_cluster, remote_username="pcarol", origin=AccountOrigin.OPERATOR
     )
     assert "Your Unix name: <code>pcarol</code>" in client.get("/clusters/").content.decode()
+
+
+def test_the_request_dialog_offers_a_certificate_cluster_to_a_mapped_person_only(
+    client: Client, user: AbstractUser, ca_cluster: Cluster
+) -> None:
+    env = ca_cluster.environments.create(name="compute", partition="debug")
+    identity = Identity.objects.create(
+        user=user, source=Source.OIDC, subject="1", site_name="pc@example.org"
+    )
+    client.force_login(user)
+
+    dialog = client.get("/workers/new/").content.decode()
+    assert "connect and verify it" not in dialog
+    assert f'value="{env.pk}" checked' in dialog or f'value="{env.pk}"' in dialog
+    assert "no Unix name for you here" not in dialog
+
+    identity.site_name = "pc@else.org"
+    identity.save()
+    dialog = client.get("/workers/new/").content.decode()
+    assert "no Unix name for you here" in dialog
+    assert "maps to no Unix name on this cluster" in dialog
