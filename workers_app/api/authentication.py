@@ -1,4 +1,6 @@
-"""API keys sent as ``Authorization: Bearer <key>``; only their SHA-256 is stored."""
+"""API keys sent as ``Authorization: Bearer <key>``; only their SHA-256 is stored. A key past
+its expiry is refused, and a key `pw auth login` got by signing in (scope "session") may do
+everything but manage API keys."""
 
 from __future__ import annotations
 
@@ -12,12 +14,14 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from core.api.bearer import KEYWORD
-from workers_app.models import ApiKey, hash_secret
+from workers_app.models import ApiKey, KeyScope, hash_secret
 
-__all__ = ["KEYWORD", "ApiKeyAuthentication", "user_for_api_key"]
+__all__ = ["KEYWORD", "ApiKeyAuthentication", "FullKeyOnly", "user_for_api_key"]
+EXPIRED = "API key expired; run pw auth login"
 # last_used_at answers "is this key still in use?"; writing it on every request would turn
 # each read into a write, so it moves only when it is older than this.
 LAST_USED_RESOLUTION = timedelta(minutes=5)
@@ -35,7 +39,7 @@ def touch_last_used(key: ApiKey) -> None:
 def user_for_api_key(secret: str) -> tuple[AbstractBaseUser, ApiKey] | None:
     """The active user a key belongs to, or None. Used by the API and the WebSockets alike."""
     key = ApiKey.objects.select_related("user").filter(key_hash=hash_secret(secret)).first()
-    if key is None or not key.user.is_active:
+    if key is None or not key.user.is_active or key.has_expired():
         return None
     touch_last_used(key)
     return key.user, key
@@ -54,11 +58,25 @@ class ApiKeyAuthentication(BaseAuthentication):
             raise AuthenticationFailed("Invalid API key.") from None
         found = user_for_api_key(secret)
         if found is None:
-            raise AuthenticationFailed("Invalid API key.")
+            expired = ApiKey.objects.filter(
+                key_hash=hash_secret(secret), expires_at__lte=timezone.now()
+            )
+            raise AuthenticationFailed(EXPIRED if expired.exists() else "Invalid API key.")
         return found
 
     def authenticate_header(self, request: Request) -> str:
         return f'{KEYWORD} realm="api"'
+
+
+class FullKeyOnly(BasePermission):
+    """Refuses keys of the "session" scope: a key got by signing in cannot make keys that
+    outlive it. The browser's session is not a key and passes."""
+
+    message = "This API key, from `pw auth login`, cannot manage API keys; use the web UI."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        key = request.auth
+        return not (isinstance(key, ApiKey) and key.scope == KeyScope.SESSION)
 
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):

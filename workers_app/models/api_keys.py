@@ -36,6 +36,9 @@ class ApiKey(models.Model):
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
 
+    def has_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
     @classmethod
     def issue(
         cls,

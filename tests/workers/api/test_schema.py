@@ -33,6 +33,9 @@ def test_schema_is_openapi_3_with_every_resource_and_bearer_auth() -> None:
     assert set(schema["paths"]) == {
         "/api/me/",
         "/api/usage/",
+        "/api/auth/oidc/",
+        "/api/api-keys/",
+        "/api/api-keys/{id}/",
         "/api/clusters/",
         "/api/clusters/{name}/",
         "/api/clusters/{name}/account/",
