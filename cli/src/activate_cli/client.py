@@ -35,7 +35,9 @@ class ApiClient:
         self.api_key = config.api_key
         self._http = httpx.Client(
             base_url=f"{self.host}/api",
-            headers={"Authorization": f"Bearer {config.api_key}", "User-Agent": USER_AGENT},
+            # No key yet (`pw auth login` asking how to sign in): no Authorization at all.
+            headers={"User-Agent": USER_AGENT}
+            | ({"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}),
             timeout=TIMEOUT_SECONDS,
             transport=transport,
         )
