@@ -56,6 +56,20 @@ def run_check(**env: str) -> subprocess.CompletedProcess[str]:
         ({"ACTIVATE_DEBUG": "maybe"}, "ACTIVATE_DEBUG"),
         ({"DATABASE_URL": "nonsense://"}, "DATABASE_URL"),
         ({"ACTIVATE_INSTALLATION_ID": "Prod-1"}, "ACTIVATE_INSTALLATION_ID"),
+        ({"ACTIVATE_OIDC_ISSUER": "http://idp.example.org"}, "ACTIVATE_OIDC_ISSUER"),
+        ({"ACTIVATE_OIDC_ISSUER": "https://idp.example.org"}, "ACTIVATE_OIDC_CLIENT_ID"),
+        ({"ACTIVATE_OIDC_SCOPES": "profile email"}, "ACTIVATE_OIDC_SCOPES"),
+        ({"ACTIVATE_CLI_KEY_HOURS": "a day"}, "ACTIVATE_CLI_KEY_HOURS"),
+        ({"ACTIVATE_LDAP_URL": "ldap.example.org"}, "ACTIVATE_LDAP_URL"),
+        ({"ACTIVATE_LDAP_URL": "ldaps://ldap.example.org"}, "ACTIVATE_LDAP_USER_BASE"),
+        (
+            {
+                "ACTIVATE_LDAP_URL": "ldaps://ldap.example.org",
+                "ACTIVATE_LDAP_USER_BASE": "ou=people,dc=example,dc=org",
+                "ACTIVATE_LDAP_GROUP_TYPE": "nisNetgroup",
+            },
+            "ACTIVATE_LDAP_GROUP_TYPE",
+        ),
     ],
 )
 def test_given_a_malformed_setting_then_startup_stops_naming_it(
@@ -69,6 +83,20 @@ def test_given_a_malformed_setting_then_startup_stops_naming_it(
 
 def test_given_well_formed_settings_then_startup_succeeds() -> None:
     result = run_check(ACTIVATE_HEARTBEAT_INTERVAL="5", ACTIVATE_HEARTBEAT_TIMEOUT="12")
+    assert result.returncode == 0, result.stderr
+
+
+def test_given_single_sign_on_and_a_directory_then_startup_succeeds() -> None:
+    # Nothing is fetched at start-up: the provider and the directory need not answer yet.
+    result = run_check(
+        ACTIVATE_OIDC_ISSUER="https://idp.example.org/realms/hpc",
+        ACTIVATE_OIDC_CLIENT_ID="activate",
+        ACTIVATE_OIDC_CLIENT_SECRET="a-client-secret",
+        ACTIVATE_LDAP_URL="ldaps://ldap.example.org",
+        ACTIVATE_LDAP_USER_BASE="ou=people,dc=example,dc=org",
+        ACTIVATE_LDAP_GROUP_BASE="ou=groups,dc=example,dc=org",
+        ACTIVATE_LDAP_GROUP_TYPE="posixGroup",
+    )
     assert result.returncode == 0, result.stderr
 
 
