@@ -76,6 +76,12 @@ def _match(subject: str, username: str) -> Any:
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         return None
+    if user.is_staff or user.is_superuser:
+        # A provider that lets people pick their name would hand them an operator's account.
+        raise SignInRefused(
+            f"the name {username!r} is an operator's local account; an operator links it to "
+            "single sign-on in the admin (Identities)"
+        )
     other = Identity.objects.filter(user=user, source=Source.OIDC).exclude(subject="").first()
     if other is not None:
         raise SignInRefused(f"the name {username!r} belongs to another person of the provider")

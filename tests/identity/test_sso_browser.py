@@ -99,6 +99,22 @@ def test_a_disabled_user_is_refused_with_a_message(
     assert http.get(f"{live_server.url}/workers/").status_code == 302
 
 
+def test_an_operators_local_account_is_not_taken_by_a_provider_name_until_linked(
+    provider: Provider, live_server: Any, http: httpx.Client
+) -> None:
+    # Given a local operator whose name the provider also hands out
+    operator = User.objects.create_user("PWCarol", password="local-pass-1", is_staff=True)
+    # When carol signs in through the provider, she does not become the operator
+    landed = browser_sign_in(http, live_server.url, CAROL)
+    assert landed.headers["location"] == "/login/"
+    assert "an operator&#x27;s local account" in http.get(f"{live_server.url}/login/").text
+    assert http.get(f"{live_server.url}/workers/").status_code == 302
+    # Until an operator links the two by the provider's subject
+    Identity.objects.create(user=operator, source=Source.OIDC, subject=CAROL.sub)
+    with httpx.Client(timeout=20) as again:
+        assert browser_sign_in(again, live_server.url, CAROL).headers["location"] == "/workers/"
+
+
 def test_logout_ends_the_providers_session_and_then_home_asks_for_login(
     provider: Provider, live_server: Any, http: httpx.Client
 ) -> None:
