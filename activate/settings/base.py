@@ -185,6 +185,9 @@ ACTIVATE_SSH_STREAMS_PER_CONNECTION = env.integer(
     "ACTIVATE_SSH_STREAMS_PER_CONNECTION", 8, minimum=1
 )
 ACTIVATE_SSH_IDLE_TIMEOUT = env.number("ACTIVATE_SSH_IDLE_TIMEOUT", 600, minimum=1)
+# Seconds a user certificate the platform signs (clusters that trust its CA) stays valid: one is
+# signed for each login, so minutes are plenty; a disabled user's last one dies with it.
+ACTIVATE_SSH_CERT_LIFETIME = env.integer("ACTIVATE_SSH_CERT_LIFETIME", 300, minimum=30)
 # Prometheus may read /metrics with this bearer token (staff sessions may anyway); empty: off.
 # Long and random, as it is compared like a password.
 ACTIVATE_METRICS_TOKEN = env.matching(

@@ -3,12 +3,14 @@
 Opening an SSH session costs ~0.5 s; a channel on an open one costs milliseconds. So a
 connection keeps its transport and every thread shares it (commands' channels are capped by a
 semaphore so the server's MaxSessions is not hit). The server's host key must equal the pinned
-one; there is no known_hosts, no agent and no key search. What runs on a channel lives beside
-this module: ``commands``, ``streams``, ``channels`` and ``tunnel``.
+one; there is no known_hosts, no agent and no key search. A login may present a certificate
+with its key, both from strings, never a file. What runs on a channel lives beside this module:
+``commands``, ``streams``, ``channels`` and ``tunnel``.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import logging
@@ -18,6 +20,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 import paramiko
@@ -58,6 +61,29 @@ def _private_key(text: str) -> paramiko.PKey:
         except (paramiko.SSHException, ValueError):
             continue
     raise SSHError("the stored private key is not a usable ed25519, ECDSA or RSA key")
+
+
+def _with_certificate(pkey: paramiko.PKey, line: str) -> paramiko.PKey:
+    """``pkey`` presenting the OpenSSH certificate ``line`` ("<type>-cert-v01@openssh.com AAAA...
+    [comment]") instead of its bare public key; read from the string, never from a file."""
+    fields = line.split()
+    try:
+        blob = base64.b64decode(fields[1], validate=True)
+        # A Message, not the line: load_certificate takes a string for a file name first.
+        pkey.load_certificate(paramiko.Message(blob))
+    except (IndexError, ValueError, paramiko.SSHException) as exc:
+        raise SSHError(f"the certificate is unusable: {exc}") from None
+    if pkey.public_blob is None or pkey.public_blob.key_type != fields[0]:
+        raise SSHError("the certificate's type does not match its line")
+    return pkey
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a login presents: a private key, and the certificate signed for it, if any."""
+
+    private_key: str = field(repr=False)
+    certificate: str = ""
 
 
 class _PinnedKeyPolicy(paramiko.RejectPolicy):
@@ -150,7 +176,9 @@ class SSHConnection:
         host: str,
         port: int,
         username: str,
-        private_key: str,
+        private_key: str = "",
+        certificate: str = "",
+        credentials: Callable[[], Credentials] | None = None,
         host_key: str,
         connect_timeout: float,
         command_timeout: float,
@@ -160,7 +188,8 @@ class SSHConnection:
         self.host = host
         self.port = port
         self.username = username
-        self._private_key = private_key
+        # Asked at each login when given (a certificate lasts minutes, a connection longer).
+        self._credentials = credentials or (lambda: Credentials(private_key, certificate))
         self._host_key = host_key
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
@@ -186,7 +215,10 @@ class SSHConnection:
 
     def _connect(self) -> paramiko.SSHClient:
         pinned = _pinned_key(self._host_key)
-        pkey = _private_key(self._private_key)
+        credentials = self._credentials()
+        pkey = _private_key(credentials.private_key)
+        if credentials.certificate:
+            pkey = _with_certificate(pkey, credentials.certificate)
         client = paramiko.SSHClient()
         # Only the pinned key is known; nothing is read from or written to known_hosts files.
         known_as = self.host if self.port == 22 else f"[{self.host}]:{self.port}"
