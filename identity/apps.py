@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.conf import settings
+from django.db.models.signals import post_delete, post_save
+
+from identity import revocations
 
 
 class IdentityConfig(AppConfig):
@@ -15,3 +19,7 @@ class IdentityConfig(AppConfig):
 
         # Registered whether or not a directory is set: with none, nothing sends it.
         populate_user.connect(ldap_user_populated, dispatch_uid="identity-ldap-populate-user")
+        # Disabling a user reaches every process that holds connections as them.
+        user_model = settings.AUTH_USER_MODEL
+        post_save.connect(revocations.user_saved, sender=user_model, dispatch_uid="revocations")
+        post_delete.connect(revocations.user_deleted, sender=user_model, dispatch_uid="revoke")

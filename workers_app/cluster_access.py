@@ -8,27 +8,35 @@ ACTIVATE_SSH_IDLE_TIMEOUT without a command, and at most ACTIVATE_SSH_MAX_CONNEC
 open per process (the least recently used idle one goes first). Terminals get connections of
 their own, as do a relay and the check of an account's login: every SSH connection the platform
 opens is built here.
+
+On a cluster that trusts the platform's CA, an account without a key of its own logs in with a
+certificate signed for each login (``identity.certificates``), never for a disabled user; and
+each process closes what a user holds within ``revocations.CHECK_EVERY`` of their disabling.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 from django.conf import settings
+from django.contrib.auth import get_user_model
 
 from core import metrics as families
 from core.keystore import KeyDecryptionError
 from core.redis_connection import redis_client
 from core.transport.channels import Channel
-from core.transport.connection import SSHConnection
-from core.transport.errors import SSHError
+from core.transport.connection import Credentials, SSHConnection
+from core.transport.errors import AuthenticationFailed, SSHError
 from core.transport.streams import PtySize, Stream
+from identity import certificates, revocations
 from schedulers import adapter_class
 from schedulers.base import SchedulerAdapter
 from workers_app.models import Cluster, ClusterAccount, Worker
@@ -45,6 +53,10 @@ _stream_connections: dict[ConnectionKey, dict[SSHConnection, int]] = {}
 _lock = threading.Lock()
 # Cluster names by id, for the metrics of connections whose cluster object is gone from hand.
 _cluster_names: dict[int, str] = {}
+# Whose each user login is (user id), so a disabled user's connections can be found and closed.
+_owners: dict[ConnectionKey, int] = {}
+_owner_watch: threading.Thread | None = None
+log = logging.getLogger(__name__)
 
 
 def _fingerprint(*parts: object) -> tuple[str, ...]:
@@ -56,15 +68,64 @@ class KeyUnusable(SSHError):
     """A stored private key cannot be decrypted (ACTIVATE_SECRET_KEY changed): no retry helps."""
 
 
-def _login(cluster: Cluster, account: ClusterAccount | None) -> tuple[str, str]:
+class UserDisabled(AuthenticationFailed):
+    """The account's user is disabled on the platform: no certificate is signed for them, and no
+    retry helps."""
+
+
+def _login(
+    cluster: Cluster, account: ClusterAccount | None
+) -> tuple[str, Callable[[], Credentials]]:
     try:
-        if account is not None:
-            return account.remote_username, account.private_key()
-        if not cluster.username or not cluster.has_private_key:
-            raise SSHError(f"cluster {cluster.name} has no account of its own configured")
-        return cluster.username, cluster.private_key()
+        if account is None:
+            if not cluster.username or not cluster.has_private_key:
+                raise SSHError(f"cluster {cluster.name} has no account of its own configured")
+            key = cluster.private_key()
+            return cluster.username, lambda: Credentials(key)
+        if account.private_key_encrypted:
+            key = account.private_key()
+            return account.remote_username, lambda: Credentials(key)
     except KeyDecryptionError as exc:
         raise KeyUnusable(str(exc)) from None
+    if not cluster.ca_private_key_encrypted:
+        raise AuthenticationFailed(
+            f"account {account} has no key, and cluster {cluster.name} does not trust the "
+            "platform's certificates"
+        )
+    ca, user_id, principal = (
+        cluster.ca_private_key_encrypted,
+        account.user_id,
+        account.remote_username,
+    )
+
+    def certificate() -> Credentials:
+        # Asked at each login: a user disabled since the last one gets no certificate.
+        username = (
+            get_user_model()
+            .objects.filter(pk=user_id, is_active=True)
+            .values_list("username", flat=True)
+            .first()
+        )
+        if username is None or _disabled(user_id):
+            raise UserDisabled(
+                f"user {user_id} is disabled: the platform signs them no certificate"
+            )
+        try:
+            signed = certificates.sign_user_certificate(
+                ca, principal=principal, key_id=certificates.key_id_for(username, user_id)
+            )
+        except KeyDecryptionError as exc:
+            raise KeyUnusable(str(exc)) from None
+        return Credentials(signed.private_key, signed.certificate)
+
+    return principal, certificate
+
+
+def _disabled(user_id: int) -> bool:
+    try:
+        return revocations.is_disabled(user_id)
+    except redis.RedisError:
+        return False  # the database, just asked, said active
 
 
 def new_connection(
@@ -76,12 +137,12 @@ def new_connection(
 ) -> SSHConnection:
     """A connection nobody else shares, to ``cluster`` as ``account`` (None: the cluster's own);
     the caller closes it. KeyUnusable or SSHError when there is no usable login."""
-    username, private_key = _login(cluster, account)
+    username, credentials = _login(cluster, account)
     return SSHConnection(
         host=cluster.host,
         port=cluster.port,
         username=username,
-        private_key=private_key,
+        credentials=credentials,
         host_key=cluster.host_key,
         connect_timeout=settings.ACTIVATE_SSH_CONNECT_TIMEOUT,
         command_timeout=(
@@ -96,7 +157,12 @@ def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> S
     """The process-wide connection to ``cluster`` as ``account`` (None: the cluster's own):
     the first of that login's with a channel free, a new one when all are taken."""
     login: ConnectionKey = (cluster.pk, account.pk if account is not None else 0)
-    secret = account.private_key_encrypted if account else cluster.private_key_encrypted
+    # A certificate login is made anew by a rotated CA.
+    secret = (
+        (account.private_key_encrypted or cluster.ca_public_key)
+        if account
+        else cluster.private_key_encrypted
+    )
     user = account.remote_username if account else cluster.username
     fingerprint = _fingerprint(cluster.host, cluster.port, cluster.host_key, user, secret)
     stale: list[SSHConnection] = []
@@ -117,6 +183,7 @@ def connection_for(cluster: Cluster, account: ClusterAccount | None = None) -> S
             chosen = (*login, next(n for n in itertools.count() if n not in numbers))
             _connections[chosen] = (fingerprint, new_connection(cluster, account))
         connection = _connections[chosen][1]
+        _note_owner_locked(login, account)
         stale += _evict_locked(keep=chosen)
         _cluster_names[cluster.pk] = cluster.name
         held = _held_by_cluster_locked()
@@ -142,6 +209,7 @@ def open_stream(worker: Worker, argv: list[str], *, pty: PtySize | None) -> Stre
             connection = new_connection(worker.cluster, account)
         # Counted before the command starts, so a concurrent open sees this place taken.
         pool[connection] = pool.get(connection, 0) + 1
+        _note_owner_locked(key, account)
     try:
         adapter = adapter_class(worker.cluster.scheduler)(connection)
         command = adapter.interactive_command(worker.scheduler_job_id, argv, pty=pty is not None)
@@ -173,6 +241,50 @@ def _stream_closed(key: ConnectionKey, connection: SSHConnection) -> None:
         if not pool:
             _stream_connections.pop(key, None)
     connection.close()
+
+
+def _note_owner_locked(login: ConnectionKey, account: ClusterAccount | None) -> None:
+    global _owner_watch
+    if account is None:
+        return
+    _owners[login] = account.user_id
+    if _owner_watch is None:
+        _owner_watch = threading.Thread(
+            target=_watch_owners, name="ssh-disabled-users", daemon=True
+        )
+        _owner_watch.start()
+
+
+def _watch_owners() -> None:
+    while True:
+        time.sleep(revocations.CHECK_EVERY)
+        try:
+            close_connections_of_disabled_users()
+        except Exception:  # the watch must outlive a Redis or database outage
+            log.warning("cannot look for disabled users' connections", exc_info=True)
+
+
+def close_connections_of_disabled_users() -> int:
+    """Close every connection and terminal this process holds as a user disabled since it was
+    opened; returns how many connections were closed."""
+    with _lock:
+        owners = dict(_owners)
+    disabled = revocations.disabled_among(owners.values())
+    logins = {login for login, user_id in owners.items() if user_id in disabled}
+    if not logins:
+        return 0
+    with _lock:
+        closing = [_connections.pop(k)[1] for k in list(_connections) if k[:2] in logins]
+        for login in logins:
+            closing += list(_stream_connections.pop(login, {}))
+            _owners.pop(login, None)
+        held = _held_by_cluster_locked()
+    for connection in closing:
+        connection.close()
+    _publish(held)
+    if closing:
+        log.info("closed %d SSH connections of disabled users %s", len(closing), sorted(disabled))
+    return len(closing)
 
 
 def _evict_locked(*, keep: CommandKey) -> list[SSHConnection]:
@@ -247,11 +359,13 @@ def _forget_connections_after_fork() -> None:
     # A forked child (Celery prefork) must not touch the parent's sockets or locks: it starts
     # with no connections, and never closes the inherited ones (that would disconnect the
     # parent's session).
-    global _connections, _stream_connections, _lock, _cluster_names
+    global _connections, _stream_connections, _lock, _cluster_names, _owners, _owner_watch
     _connections = {}
     _stream_connections = {}
     _lock = threading.Lock()
     _cluster_names = {}
+    _owners = {}
+    _owner_watch = None
 
 
 os.register_at_fork(after_in_child=_forget_connections_after_fork)

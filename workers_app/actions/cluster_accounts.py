@@ -1,6 +1,7 @@
 """Users' own accounts on clusters: connect one (a generated or a supplied key), verify the
 login, disconnect. Whatever a user's workers do on a cluster runs as this account, so the
-cluster's scheduler and OS, not the platform, keep users apart."""
+cluster's scheduler and OS, not the platform, keep users apart. On a cluster that trusts the
+platform's certificates the account is made at the first request, named by the cluster's rule."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from django.utils import timezone
 
 from core.errors import ParameterError
 from core.transport.errors import SSHError
+from identity.unix_names import RuleInvalid, site_name_of, unix_name
 from workers_app.cluster_access import new_connection
 from workers_app.models import AccountOrigin, Cluster, ClusterAccount, Worker
 from workers_app.statuses import LIVE
@@ -35,6 +37,17 @@ class AccountRequired(ParameterError):
             f"You have no verified account on cluster {cluster.name}. Connect yours with "
             f"`pw cluster connect {cluster.name} --user YOUR_CLUSTER_USERNAME` (or on the "
             f"Clusters page), then `pw cluster verify {cluster.name}`.",
+        )
+
+
+class NoUnixName(ParameterError):
+    """The cluster's naming rule makes no Unix name of the user's name, and no operator set one."""
+
+    def __init__(self, cluster: Cluster, site_name: str) -> None:
+        super().__init__(
+            "cluster",
+            f"You have no Unix name on cluster {cluster.name}: your name {site_name!r} does not "
+            "map by its rule. Ask an operator to set one for you.",
         )
 
 
@@ -128,9 +141,13 @@ def connect_account(
     return account
 
 
-def _refuse_if_in_use(account: ClusterAccount) -> None:
+def _in_use(account: ClusterAccount) -> bool:
     in_use = Q(status__in=LIVE) | Q(cancel_requested=True)
-    if Worker.objects.filter(in_use, account=account).exists():
+    return Worker.objects.filter(in_use, account=account).exists()
+
+
+def _refuse_if_in_use(account: ClusterAccount) -> None:
+    if _in_use(account):
         raise ParameterError(
             "remote_username",
             f"your workers on {account.cluster.name} still run as {account.remote_username}; "
@@ -188,6 +205,50 @@ def acting_account(user: User, cluster: Cluster) -> ClusterAccount | None:
             )
         return None
     account = account_of(user, cluster)
-    if account is None or not account.is_verified:
+    if cluster.ca_public_key and (account is None or not account.private_key_encrypted):
+        return certificate_account(user, cluster, account)
+    if account is None or not account.is_verified or not account.private_key_encrypted:
         raise AccountRequired(cluster)
+    return account
+
+
+def certificate_account(
+    user: User, cluster: Cluster, account: ClusterAccount | None
+) -> ClusterAccount:
+    """The account ``user`` logs in to ``cluster`` with by the platform's certificates: an
+    operator's (their name as set), else one named by the cluster's rule, made at once and
+    following the rule's name while no worker runs as it. NoUnixName when the rule makes none."""
+    if account is not None and account.origin != AccountOrigin.CERTIFICATE:
+        return account
+    site_name = site_name_of(user)
+    try:
+        rule = (cluster.unix_name_rule, cluster.unix_name_match, cluster.unix_name_replace)
+        name = unix_name(site_name, *rule)
+    except RuleInvalid:
+        name = None
+    if name is None:
+        raise NoUnixName(cluster, site_name)
+    if account is None:
+        account, _ = ClusterAccount.objects.get_or_create(
+            user=user,
+            cluster=cluster,
+            defaults={
+                "remote_username": name,
+                "origin": AccountOrigin.CERTIFICATE,
+                "verified_at": timezone.now(),
+            },
+        )
+    renamed = account.remote_username != name
+    if not renamed and account.is_verified:
+        return account
+    with transaction.atomic():
+        account = ClusterAccount.objects.select_for_update().get(pk=account.pk)
+        if account.origin != AccountOrigin.CERTIFICATE:
+            return account  # an operator set it meanwhile
+        if renamed and not _in_use(account):
+            account.remote_username = name
+        # Nothing to connect or verify: a refused login (a disabled user, a cluster that has
+        # not installed the CA yet) is told on the worker, and the next request tries again.
+        account.verified_at = account.verified_at or timezone.now()
+        account.save(update_fields=["remote_username", "verified_at", "updated_at"])
     return account

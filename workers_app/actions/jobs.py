@@ -331,7 +331,10 @@ def attempt_cancel(worker: Worker, adapter: SchedulerAdapter) -> str:
         adapter.cancel(job_id)
         result = adapter.query([job_id])
     except (SSHError, QueryFailed) as exc:
-        note_cluster_contact(worker.cluster, error=exc)
+        if isinstance(exc, AuthenticationFailed) and worker.account is not None:
+            note_account_refused(worker.account, str(exc))  # theirs, not the cluster's
+        else:
+            note_cluster_contact(worker.cluster, error=exc)
         cancels.labels(worker.cluster.name, "not_confirmed").inc()
         return f"cancel of job {job_id} not confirmed: {exc}"
     except SchedulerError as exc:

@@ -16,6 +16,7 @@ import json
 import time
 from typing import Any
 
+import redis
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -23,6 +24,7 @@ from django.conf import settings
 from core import metrics as families
 from core.transport.errors import SSHError
 from core.transport.streams import Stream
+from identity import revocations
 from workers_app.idle import note_traffic
 from workers_app.terminals.service import (
     ALIVE_FOR,
@@ -54,7 +56,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.alive_noted = 0.0
         self.starting = False
         self.finished = False
-        self.connected_at = self.last_activity = time.monotonic()
+        self.connected_at = self.last_activity = self.owner_checked = time.monotonic()
         self.outbox: asyncio.Queue[bytes | tuple[str, int | None]] = asyncio.Queue(OUTBOX_FRAMES)
         self.loop = asyncio.get_running_loop()
         self.tasks: list[asyncio.Task[None]] = []
@@ -191,6 +193,16 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 await self.refuse(TIMED_OUT, f"Closed after {idle:g} s without input or output.")
             elif now - self.connected_at > longest:
                 await self.refuse(TIMED_OUT, f"Closed after {longest:g} s, the longest allowed.")
+            elif now - self.owner_checked >= revocations.CHECK_EVERY:
+                self.owner_checked = now
+                if await self.owner_disabled():
+                    await self.refuse(UNAUTHENTICATED, "Your account was disabled.")
+
+    async def owner_disabled(self) -> bool:
+        try:
+            return await asyncio.to_thread(revocations.is_disabled, self.user.pk)
+        except redis.RedisError:
+            return False  # checked again next time; the platform's login is refused anyway
 
     async def refuse(self, code: int, message: str) -> None:
         if self.finished:
