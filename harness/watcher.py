@@ -144,6 +144,7 @@ def gather_platform_secrets(book: SecretBook) -> None:
     from django.conf import settings
     from django.contrib.sessions.models import Session as PlatformSession
 
+    from core.keystore import decrypt_private_key
     from core.redis_connection import redis_client
     from sessions_app.models import Session
     from workers_app.models import ApiKey, Cluster, ClusterAccount, Worker
@@ -167,6 +168,11 @@ def gather_platform_secrets(book: SecretBook) -> None:
     for holder in list(Cluster.objects.all()) + list(ClusterAccount.objects.all()):
         with suppress(Exception):
             book.add_private_key(holder.private_key())
+    for encrypted in Cluster.objects.exclude(ca_private_key_encrypted="").values_list(
+        "ca_private_key_encrypted", flat=True
+    ):
+        with suppress(Exception):
+            book.add_private_key(decrypt_private_key(encrypted), "a cluster's SSH CA key")
     for name in redis_client().scan_iter(match="activate:*", count=1000):
         for part in (name.decode() if isinstance(name, bytes) else str(name)).split(":"):
             book.add_hash(part, "a credential Redis keeps by its hash")

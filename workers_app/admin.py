@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from core.errors import ParameterError
 from core.transport.hostkeys import HostKeyUnreadable, fetch_host_key, fingerprint
+from identity.certificates import sshd_instructions
 from workers_app import idle
 from workers_app.actions import cluster_accounts as accounts
 from workers_app.actions import clusters, deletion, usage
@@ -124,7 +125,8 @@ class ClusterAccountForm(forms.ModelForm):
     private_key = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 4, "autocomplete": "off"}),
-        help_text="The user's OpenSSH private key for this account. Left empty, the key stays.",
+        help_text="The user's OpenSSH private key for this account. Left empty, the key stays; "
+        "on a cluster the platform is the CA of, none is needed (the name is an override).",
     )
 
     class Meta:
@@ -140,7 +142,9 @@ class ClusterAccountForm(forms.ModelForm):
             except ParameterError as exc:
                 self.add_error("private_key", exc.message)
         elif not self.instance.private_key_encrypted:
-            self.add_error("private_key", "A new account needs its private key.")
+            cluster = data.get("cluster")
+            if cluster is None or not cluster.ca_public_key:
+                self.add_error("private_key", "A new account needs its private key.")
         return data
 
     def save(self, commit: bool = True) -> ClusterAccount:
@@ -151,6 +155,11 @@ class ClusterAccountForm(forms.ModelForm):
             account.public_key = self.cleaned_data["public_key"]
             account.origin = AccountOrigin.OPERATOR
             account.verified_at = None
+        elif not account.private_key_encrypted and (
+            "remote_username" in self.changed_data or not account.origin
+        ):
+            # The operator's name for a certificate login: kept whatever the cluster's rule says.
+            account.origin = AccountOrigin.OPERATOR
         if commit:
             account.save()
         return account
@@ -266,10 +275,11 @@ class ClusterAdmin(admin.ModelAdmin):
         "key_is_set",
         "host_key_fingerprint",
         "relay_status",
+        "certificate_authority",
     ]
     inlines = [EnvironmentInline]
     filter_horizontal = ["allowed_groups"]
-    actions = ["probe", "pin_host_key", "confirm_lost_workers"]
+    actions = ["probe", "pin_host_key", "confirm_lost_workers", "make_ca", "rotate_ca", "remove_ca"]
 
     def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
         clusters.register_cluster(form.registration(), cluster=obj)
@@ -327,6 +337,32 @@ class ClusterAdmin(admin.ModelAdmin):
     @admin.display(description="accounts")
     def accounts_mode(self, obj: Cluster) -> str:
         return f"SHARED: everyone acts as {obj.username}" if obj.shared else "per user"
+
+    @admin.display(description="SSH certificate authority")
+    def certificate_authority(self, obj: Cluster) -> str:
+        # The public half only: the private key is never shown, not even encrypted.
+        if not obj.ca_public_key:
+            return "none: users log in with keys of their own (action: make the platform its CA)"
+        return sshd_instructions(obj.ca_public_key)
+
+    @admin.action(description="Make the platform their SSH certificate authority (kept if so)")
+    def make_ca(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
+        for cluster in queryset:
+            public = clusters.make_cluster_authority(cluster)
+            self.message_user(request, f"{cluster.name}: its login hosts need {public}")
+
+    @admin.action(description="Rotate their SSH certificate authority's key")
+    def rotate_ca(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
+        for cluster in queryset:
+            public = clusters.make_cluster_authority(cluster, rotate=True)
+            message = f"{cluster.name}: new logins need {public} on its login hosts"
+            self.message_user(request, message, messages.WARNING)
+
+    @admin.action(description="Stop signing certificates for them")
+    def remove_ca(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
+        for cluster in queryset:
+            clusters.remove_cluster_authority(cluster)
+            self.message_user(request, f"{cluster.name}: the platform signs no more certificates")
 
     @admin.display(description="host key fingerprint")
     def host_key_fingerprint(self, obj: Cluster) -> str:

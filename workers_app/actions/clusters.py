@@ -1,5 +1,5 @@
-"""The cluster catalogue: registering a cluster, whether it answers, and the environments its
-partitions make."""
+"""The cluster catalogue: registering a cluster, whether it answers, the environments its
+partitions make, and the platform as its SSH certificate authority."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from core.transport.errors import SSHError
 from core.transport.hostkeys import fingerprint
+from identity import certificates
 from schedulers.base import FieldTemplate, QueryFailed, SchedulerError
 from workers_app import effects
 from workers_app.actions import lifecycle
@@ -192,3 +193,25 @@ def create_fields(environment: Environment, templates: list[FieldTemplate]) -> N
         )
         for position, template in enumerate(templates)
     )
+
+
+def make_cluster_authority(cluster: Cluster, *, rotate: bool = False) -> str:
+    """Make the platform ``cluster``'s SSH certificate authority (a new key with ``rotate``, else
+    the one it has); returns the CA's public line for the login hosts' TrustedUserCAKeys.
+
+    A rotated CA signs every new login at once: the login hosts need its line first (keep the
+    old one there until the connections it let in have closed)."""
+    if cluster.ca_public_key and not rotate:
+        return cluster.ca_public_key
+    authority = certificates.new_authority(certificates.authority_comment(cluster.name))
+    cluster.ca_private_key_encrypted = authority.private_key_encrypted
+    cluster.ca_public_key = authority.public_key
+    cluster.save(update_fields=["ca_private_key_encrypted", "ca_public_key"])
+    return cluster.ca_public_key
+
+
+def remove_cluster_authority(cluster: Cluster) -> None:
+    """The platform signs no more certificates for ``cluster``: accounts without a key of their
+    own cannot log in there until an operator or the user gives them one."""
+    cluster.ca_private_key_encrypted = cluster.ca_public_key = ""
+    cluster.save(update_fields=["ca_private_key_encrypted", "ca_public_key"])
