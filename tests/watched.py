@@ -15,7 +15,14 @@ import pytest
 from harness.cluster import SshTarget
 from harness.watcher import Watcher, gather_platform_secrets
 
-WATCHED = ("e2e", "sessions", "agents/signing", "workers/terminals", "agents/heartbeats")
+WATCHED = (
+    "e2e",
+    "sessions",
+    "agents/signing",
+    "workers/terminals",
+    "agents/heartbeats",
+    "workers/certificates",
+)
 TESTS = Path(__file__).parent
 
 

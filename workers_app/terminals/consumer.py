@@ -171,6 +171,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 await self.send(bytes_data=item)
                 continue
             status = item[1]
+            if status is None and await self.owner_disabled():
+                await self.refuse(UNAUTHENTICATED, "Your account was disabled.")
+                return
             if status is None:
                 await self.refuse(UNAVAILABLE, "The connection to the cluster was lost.")
                 return
