@@ -47,8 +47,8 @@ def _connected_workers(user: User) -> list[Worker]:
 def target_groups(user: User) -> list[TargetGroup]:
     workers = _connected_workers(user)
     groups = []
-    environments = Prefetch("environments", queryset=Environment.objects.visible_to(user))
-    for cluster in Cluster.objects.visible_to(user).order_by("name").prefetch_related(environments):
+    visible = Prefetch("environments", queryset=Environment.objects.visible_to(user))
+    for cluster in Cluster.objects.visible_to(user).order_by("name").prefetch_related(visible):
         environments = sorted(
             (e for e in cluster.environments.all() if e.is_active), key=lambda e: e.name
         )
