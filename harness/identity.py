@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -218,12 +219,27 @@ def start_provider(
     users: Sequence[IdentityUser] = DEFAULT_USERS,
     clients: Sequence[Client] | None = None,
     *,
-    timeout: float = 30,
+    timeout: float = 60,
 ) -> Provider:
     """Start scripts/idp/provider.mjs on a free loopback port (over plain http) with ``users``
-    and ``clients`` (default: `web_client()` and `cli_client()`), and wait until it listens."""
-    node = _node()
+    and ``clients`` (default: `web_client()` and `cli_client()`), and wait until it listens.
+    Tried twice: the free port may be taken by another test's server before the provider
+    binds it."""
     clients = tuple(clients) if clients is not None else (web_client(), cli_client())
+    try:
+        return _start_provider_once(users, clients, timeout)
+    except HarnessError as first:
+        try:
+            return _start_provider_once(users, clients, timeout)
+        except HarnessError as second:
+            raise HarnessError(f"{second}\n(the first attempt: {first})") from None
+
+
+def _start_provider_once(
+    users: Sequence[IdentityUser], clients: tuple[Client, ...], timeout: float
+) -> Provider:
+    node = _node()
+    started = time.monotonic()
     port = free_port()
     issuer = f"http://127.0.0.1:{port}"
     workdir = Path(tempfile.mkdtemp(prefix="activate-idp-"))
@@ -254,9 +270,14 @@ def start_provider(
     reader.start()
     reader.join(timeout)
     if found != [issuer]:
-        log_text = provider.log_path.read_text(errors="replace")[-2000:]
+        code = process.poll()
         provider.stop()
-        raise HarnessError(f"the OpenID provider did not start: {log_text}")
+        log_text = provider.log_path.read_text(errors="replace")[-2000:]
+        how = f"exited with {code}" if code is not None else "still silent"
+        raise HarnessError(
+            f"the OpenID provider on port {port} did not start within "
+            f"{time.monotonic() - started:.1f} s ({how}): {log_text}"
+        )
     return provider
 
 
