@@ -18,7 +18,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from harness.identity import CAROL, Provider, complete_device_flow
+from harness.identity import CAROL, DEVICE_GRANT, Provider, complete_device_flow
 from identity.models import Identity, Source
 from tests.identity.sso import sso_platform
 from workers_app.models import ApiKey, KeyScope
@@ -144,3 +144,36 @@ def test_the_platform_without_single_sign_on_says_so(live_server: Any, tmp_path:
         check=False,
     )
     assert refused.returncode == 1 and "does not offer single sign-on" in refused.stderr
+
+
+def device_id_token(provider: Provider) -> str:
+    """An ID token for the command line's client, by the device grant, confirmed as carol."""
+    with httpx.Client(timeout=20) as http:
+        started = http.post(
+            f"{provider.issuer}/device/auth",
+            data={"client_id": provider.cli.client_id, "scope": "openid profile"},
+        ).json()
+        complete_device_flow(started["verification_uri_complete"], CAROL)
+        tokens = http.post(
+            f"{provider.issuer}/token",
+            data={
+                "grant_type": DEVICE_GRANT,
+                "device_code": started["device_code"],
+                "client_id": provider.cli.client_id,
+            },
+        ).json()
+    return str(tokens["id_token"])
+
+
+def test_an_id_token_buys_one_key_and_a_replay_of_it_none(
+    provider: Provider, live_server: Any
+) -> None:
+    token = device_id_token(provider)
+    exchange = f"{live_server.url}/api/auth/oidc/"
+
+    first = httpx.post(exchange, json={"id_token": token}, timeout=20)
+    again = httpx.post(exchange, json={"id_token": token}, timeout=20)
+
+    assert first.status_code == 200, first.text
+    assert again.status_code == 403 and "already exchanged" in again.text
+    assert ApiKey.objects.filter(user__username="PWCarol").count() == 1
