@@ -121,6 +121,8 @@ class Launcher:
         # (A terminal or window manager closed in the desktop is not: the desktop stays.)
         self.essential = []  # type: List[subprocess.Popen]
         self.routes = {}  # type: Dict[str, str]
+        # The starter's own source, for one that runs part of itself as a script of its own.
+        self.starter_source = ""
 
     answers = staticmethod(answers)
     find = staticmethod(find)
@@ -440,6 +442,7 @@ def main() -> None:
             launcher.fail("no password came on stdin")
         if not source:
             launcher.fail("no starter came for session type %r" % kind)
+        launcher.starter_source = source
         load_starter(kind, source)(launcher, secret, options)
         for path in launcher.routes.values():
             launcher.wait_for(path, kind)
