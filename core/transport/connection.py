@@ -30,11 +30,16 @@ from core.transport.channels import Channel
 from core.transport.commands import CommandResult
 from core.transport.errors import AuthenticationFailed, CommandTimeout, HostKeyMismatch, SSHError
 from core.transport.hostkeys import parse_key_line
+from core.transport.sftp import SFTPClient, SFTPSession
 from core.transport.streams import PtySize, Stream, start_stream
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_INTERVAL = 15
+# An SFTP channel's window and largest packet from the server: a transfer's reads in flight
+# (core/transport/sftp.py) fit in the window, and fewer, larger packets cost less Python.
+SFTP_WINDOW = 16 * 1024 * 1024
+SFTP_PACKET = 256 * 1024
 
 
 def _pinned_key(host_key_line: str) -> paramiko.PKey:
@@ -274,10 +279,10 @@ class SSHConnection:
             assert transport is not None
             return transport
 
-    def _open_channel(self) -> paramiko.Channel:
+    def _open_channel(self, **sizes: int) -> paramiko.Channel:
         transport = self._transport()
         try:
-            return transport.open_session(timeout=self.connect_timeout)
+            return transport.open_session(timeout=self.connect_timeout, **sizes)
         except paramiko.ChannelException as exc:
             # The server is there and refused this channel (e.g. MaxSessions); other threads'
             # commands on this connection are fine, so it must not be torn down.
@@ -288,7 +293,7 @@ class SSHConnection:
             log.info("reconnecting to %s:%s after: %s", self.host, self.port, exc)
         transport = self._transport(stale=transport)
         try:
-            return transport.open_session(timeout=self.connect_timeout)
+            return transport.open_session(timeout=self.connect_timeout, **sizes)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise SSHError(f"cannot open a channel to {self.host}:{self.port}: {exc}") from exc
 
@@ -371,6 +376,51 @@ class SSHConnection:
         with self._count_lock:
             self.in_use -= 1
             self.last_used = time.monotonic()
+
+    # -- files ------------------------------------------------------------------------------
+
+    def open_sftp(self, *, timeout: float | None = None) -> SFTPSession:
+        """An SFTP session on a channel of its own, holding one of the commands' slots until it
+        is closed (a transfer is a long command: connection_for then serves others elsewhere).
+        ``timeout`` bounds the wait for a slot and for each answer of the server."""
+        limit = self.command_timeout if timeout is None else timeout
+        with self._count_lock:
+            self.in_use += 1
+            self.commands += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self._slots.release()
+            with self._count_lock:
+                self.in_use -= 1
+                self.commands -= 1
+                self.last_used = time.monotonic()
+
+        if not self._take_slot(limit):
+            released = True
+            with self._count_lock:
+                self.in_use -= 1
+                self.commands -= 1
+            raise CommandTimeout(f"all {self.max_channels} channels to {self.host} stayed busy")
+        try:
+            channel = self._open_channel(window_size=SFTP_WINDOW, max_packet_size=SFTP_PACKET)
+            try:
+                channel.settimeout(limit)
+                channel.invoke_subsystem("sftp")
+                return SFTPSession(SFTPClient(channel), on_close=release)
+            except BaseException:
+                channel.close()
+                raise
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            release()
+            raise SSHError(f"{self.host} did not start SFTP: {_why(exc)}") from None
+        except BaseException:
+            release()
+            raise
 
     # -- commands ---------------------------------------------------------------------------
 
