@@ -73,7 +73,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy activate core schedulers identity workers_app agents sessions_app notices_app node harness bench drills
+	$(BIN)/mypy activate core schedulers identity workers_app agents files_app sessions_app notices_app node harness bench drills
 	$(BIN)/mypy --config-file cli/pyproject.toml cli/src
 
 # Most tests in PYTEST_WORKERS processes (pytest-xdist; each its own database, Redis number and

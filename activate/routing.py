@@ -12,6 +12,8 @@ from typing import Any
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.urls import path
 
+from files_app.transfers import PATH as FILES_PATH
+from files_app.transfers import FileTransfers
 from sessions_app.proxy.http_proxy import SessionHttpProxy
 from sessions_app.proxy.origins import (
     RefuseSessionOrigins,
@@ -38,17 +40,21 @@ EXEC_PATH = re.compile(r"^/api/workers/[^/]+/exec/?$")
 
 class HttpRouter:
     """Session URLs and sessions' own hosts go to the sessions' gate, on the event loop;
-    commands run through the API to Django's own pool for them; everything else to Django
-    (never a session's page: sessions_app/proxy/origins.py)."""
+    files' downloads and uploads stream on the event loop too; commands run through the API to
+    Django's own pool for them; everything else to Django (never a session's page:
+    sessions_app/proxy/origins.py)."""
 
     def __init__(self, django_app: Any, exec_app: Any | None = None) -> None:
         self.django_app = RefuseSessionOrigins(django_app)
         self.exec_app = RefuseSessionOrigins(exec_app) if exec_app is not None else None
         self.sessions = SessionHttpGate(SessionHttpProxy())
+        self.files = RefuseSessionOrigins(FileTransfers())
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if serves(scope):
             await self.sessions(scope, receive, send)
+        elif FILES_PATH.match(scope["path"]):
+            await self.files(scope, receive, send)
         elif self.exec_app is not None and EXEC_PATH.match(scope["path"]):
             await self.exec_app(scope, receive, send)
         else:

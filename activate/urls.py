@@ -17,6 +17,7 @@ urlpatterns = [
     path("agent/v1/", include("agents.urls")),
     path("api/", include("workers_app.api.urls")),
     path("api/", include("sessions_app.api.urls")),
+    path("api/", include("files_app.api.urls")),
     # With single sign-on, logging out ends the provider's session too: this /logout/ is found
     # before the pages' own.
     *(

@@ -174,6 +174,9 @@ ACTIVATE_PROXY_MAX_BODY = env.integer("ACTIVATE_PROXY_MAX_BODY", 64 * 1024 * 102
 ACTIVATE_PROXY_MAX_MESSAGE = env.integer(
     "ACTIVATE_PROXY_MAX_MESSAGE", 16 * 1024 * 1024, minimum=1024
 )
+# The largest file an upload may write on a cluster, in bytes (413 beyond it: said at once when
+# the request's Content-Length is over, else when the body reaches it).
+ACTIVATE_FILES_MAX_UPLOAD = env.integer("ACTIVATE_FILES_MAX_UPLOAD", 10 * 1024**3, minimum=1)
 ACTIVATE_PROBE_INTERVAL = env.number("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
 ACTIVATE_RECONCILE_INTERVAL = env.number("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
 # How long a dispatched submission owns a pending worker before the sweep sends it again.
@@ -335,6 +338,7 @@ INSTALLED_APPS = [
     "identity",
     "workers_app",
     "agents",
+    "files_app",
     "sessions_app",
     "notices_app",
 ]

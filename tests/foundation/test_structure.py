@@ -22,6 +22,7 @@ FLOORS = (
     ("identity",),
     ("workers_app",),
     ("agents",),
+    ("files_app",),
     ("sessions_app",),
     ("notices_app",),
     ("activate",),
@@ -29,7 +30,7 @@ FLOORS = (
 HOUSE = tuple(room for floor in FLOORS for room in floor)
 # What ships besides the server: the command line, and the tools that drive a live platform.
 PACKAGES = (*HOUSE, "cli", "harness", "bench", "drills")
-APPS = ("identity", "workers_app", "agents", "sessions_app", "notices_app")
+APPS = ("identity", "workers_app", "agents", "files_app", "sessions_app", "notices_app")
 # Django imports an app's signal receivers when the app registry is ready, not at import time.
 FUNCTION_IMPORTS_ALLOWED = {
     ("workers_app/apps.py", "ready"),
