@@ -15,6 +15,7 @@ from activate_cli import (
     clusters,
     completion,
     environments,
+    files,
     saved,
     sessions,
     ssh,
@@ -51,6 +52,7 @@ def build_parser() -> Parser:
     sessions.add_parser(commands, common, output)
     saved.add_parser(commands, common, output)
     usage.add_parser(commands, common, output)
+    files.add_parser(commands, common, output)
     ssh.add_parser(commands, common)
     completion.add_parser(commands, common, parser)
     return parser
