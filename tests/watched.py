@@ -22,6 +22,7 @@ WATCHED = (
     "workers/terminals",
     "agents/heartbeats",
     "workers/certificates",
+    "files",
 )
 TESTS = Path(__file__).parent
 
