@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What sessions run on the test node (this machine): a VNC desktop with noVNC, code-server and
-# JupyterLab.
+# What sessions run on the test node (this machine): a VNC desktop with noVNC, code-server,
+# JupyterLab, and the operators' apps of docs/apps/ (TensorBoard, marimo).
 #   scripts/session-tools.sh     installs what is missing (needs root or sudo); idempotent
 #
 # Desktop: Debian's TigerVNC, xauth, noVNC's files and xterm. VS Code: code-server, pinned, built
@@ -10,11 +10,17 @@
 # Jupyter: JupyterLab from PyPI, pinned, in a virtual environment of its own made with Debian's
 # python3 in $JUPYTER_CACHE (its kernel is that environment's Python), put on PATH as
 # /usr/local/bin/jupyter-lab.
+# Operators' apps (docs/apps/*.yaml): TensorBoard and marimo from PyPI, pinned, each the same
+# way in a virtual environment of its own under $APPS_CACHE, its command put on PATH in
+# /usr/local/bin.
 set -euo pipefail
 CODE_SERVER_VERSION="${CODE_SERVER_VERSION:-4.100.3}"
 CODE_SERVER_CACHE="${CODE_SERVER_CACHE:-/var/cache/activate/code-server}"
 JUPYTERLAB_VERSION="${JUPYTERLAB_VERSION:-4.6.6}"
 JUPYTER_CACHE="${JUPYTER_CACHE:-/var/cache/activate/jupyter}"
+TENSORBOARD_VERSION="${TENSORBOARD_VERSION:-2.21.0}"
+MARIMO_VERSION="${MARIMO_VERSION:-0.25.2}"
+APPS_CACHE="${APPS_CACHE:-/var/cache/activate}"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
@@ -91,3 +97,25 @@ if [ "$(readlink /usr/local/bin/jupyter-lab 2>/dev/null)" != "$jupyter/bin/jupyt
     $SUDO ln -sfn "$jupyter/bin/jupyter-lab" /usr/local/bin/jupyter-lab
 fi
 echo "jupyterlab $(jupyter-lab --version 2>/dev/null)"
+
+# pypi_app PACKAGE VERSION COMMAND: PACKAGE==VERSION in $APPS_CACHE/PACKAGE/VERSION, its COMMAND
+# linked from /usr/local/bin.
+pypi_app() {
+    local package="$1" version="$2" command="$3"
+    local venv="$APPS_CACHE/$package/$version"
+    if [ ! -f "$venv/.complete" ]; then
+        $SUDO rm -rf "$venv"
+        $SUDO mkdir -p "$APPS_CACHE/$package"
+        $SUDO /usr/bin/python3 -m venv "$venv"
+        $SUDO "$venv/bin/pip" install --quiet --disable-pip-version-check "$package==$version"
+        $SUDO chmod -R a+rX "$venv"
+        $SUDO touch "$venv/.complete"
+    fi
+    if [ "$(readlink "/usr/local/bin/$command" 2>/dev/null)" != "$venv/bin/$command" ]; then
+        $SUDO ln -sfn "$venv/bin/$command" "/usr/local/bin/$command"
+    fi
+}
+pypi_app tensorboard "$TENSORBOARD_VERSION" tensorboard
+echo "tensorboard $(tensorboard --version 2>/dev/null)"
+pypi_app marimo "$MARIMO_VERSION" marimo
+echo "marimo $(marimo --version 2>/dev/null)"

@@ -17,12 +17,12 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from harness import REPO
 from harness.cluster import SshTarget
 from harness.watcher import Watcher
 from node import session_launcher_source, starter_source
@@ -31,7 +31,7 @@ from sessions_app.proxy import gate
 from tests.processes import args_of, descendants, identities, still_running
 
 NODE_PYTHON = "/usr/bin/python3"
-APPS = Path(__file__).resolve().parents[3] / "docs" / "apps"
+APPS = REPO / "docs" / "apps"
 SESSION_ID = "apptest"
 
 
@@ -158,6 +158,17 @@ class AppRunner:
                 time.sleep(0.1)
             left += still_running(run.known)
         return left
+
+
+@pytest.fixture(scope="session")
+def session_tools() -> None:
+    """What sessions run on the node (this machine), the apps of docs/apps/ among them:
+    scripts/session-tools.sh, cached."""
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "session-tools.sh")], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.fail(f"scripts/session-tools.sh failed:\n{done.stderr[-3000:]}")
 
 
 @pytest.fixture
