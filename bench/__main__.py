@@ -19,6 +19,7 @@ from bench import (
     api,
     beats,
     detection,
+    files,
     heartbeats,
     polling,
     proxy_upload,
@@ -48,6 +49,7 @@ class Benchmarks(Suite[Outcome]):
         "proxy",
         "scale",
         "beats",
+        "files",
     )
     doc = __doc__ or ""
 
@@ -106,6 +108,8 @@ class Benchmarks(Suite[Outcome]):
         group.add_argument("--proxy-rounds", type=int, default=3)
         group.add_argument("--proxy-quiet", type=float, default=8, help="seconds per quiet round")
         group.add_argument("--proxy-uploads", type=int, default=4, help="64 MiB uploads per round")
+        group = parser.add_argument_group("files")
+        group.add_argument("--files-size", type=int, default=1024, help="MiB each way")
         group = parser.add_argument_group("scale")
         group.add_argument("--scale-sweep-sizes", type=_ints, default=(1_000, 10_000))
         group.add_argument("--scale-poll-sizes", type=_ints, default=(1_000, 10_000))
@@ -154,6 +158,7 @@ class Benchmarks(Suite[Outcome]):
             "proxy": lambda t: proxy_upload.run(
                 t, rounds=args.proxy_rounds, quiet=args.proxy_quiet, uploads=args.proxy_uploads
             ),
+            "files": lambda t: files.run(t, size_mib=args.files_size),
             "scale": lambda t: scale.run(
                 t,
                 sweep_sizes=args.scale_sweep_sizes,
