@@ -27,6 +27,7 @@ urlpatterns = [
     ),
     path("", include("workers_app.pages.urls")),
     path("", include("sessions_app.pages.urls")),
+    path("", include("files_app.pages.urls")),
     path("", include("notices_app.urls")),
     # Browsers ask for it on every page, the admin's included.
     path("favicon.ico", RedirectView.as_view(url=static("workers_app/favicon.svg"))),
