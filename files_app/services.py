@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from core.transport.sftp import DIR, FileExists, FileStat, NoSuchFile, SFTPSession
+from core.transport.sftp import DIR, FileExists, FileStat, NoSuchFile, NotAFile, SFTPSession
 from files_app import paths
 from files_app.models import FileRoot
 from workers_app.actions.cluster_accounts import acting_account
@@ -93,6 +93,8 @@ def listing(files: SFTPSession, path: bytes) -> dict[str, Any]:
     """A folder's entries, folders first, then by name. ``..`` and links are resolved by the
     server, which goes only where the account may."""
     where = files.realpath(resolve(files, path) or b".")
+    if files.stat(where).kind != DIR:
+        raise NotAFile("listing: that is not a folder")
     entries = files.listdir(where)
     entries.sort(key=lambda e: (e.kind != DIR, paths.display(e.name).casefold(), e.name))
     parent = paths.parent_of(where)

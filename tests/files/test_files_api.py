@@ -104,6 +104,8 @@ def test_folders_are_made_listed_renamed_and_deleted_as_the_users_account(
     assert moved.status_code == 200 and moved.json()["name"] == "c.txt"
     assert (workspace / "a dir" / "c.txt").read_bytes() == b"hello"
     assert missing.status_code == 404
+    a_file = client.get(f"{API}/", {"path": f"{workspace}/a dir/c.txt"})
+    assert a_file.status_code == 400 and "not a folder" in a_file.json()["detail"]
 
     not_empty = client.post(f"{API}/delete/", {"path": f"{workspace}/a dir"}, format="json")
     gone = client.post(
