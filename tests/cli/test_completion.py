@@ -33,6 +33,7 @@ COMMANDS = [
     "sessions",
     "saved",
     "usage",
+    "files",
     "ssh",
     "completion",
 ]
