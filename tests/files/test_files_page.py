@@ -20,6 +20,7 @@ from playwright.sync_api import expect
 
 from harness import REPO
 from harness.platform import Platform
+from harness.waiting import wait_for
 from tests.browser import launched_chromium, logged_in_page
 from tests.files import places
 from tests.files.places import CLUSTER, owned_by
@@ -297,3 +298,40 @@ def test_the_neighbours_account_cannot_read_the_owners_0700_home_through_the_pag
     page.locator("#files-listing .places").get_by_role("link", name="Home").click()
     expect(page.locator("#files-here")).to_have_text("pwbob")
     expect(page.locator("#files-problem")).to_have_count(0)
+
+
+def test_an_upload_shows_its_progress_and_cancelling_it_leaves_nothing(
+    files_platform: Platform,
+    people: dict[str, User],
+    chromium: Any,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    page = browser_of(chromium, files_platform, "alice")
+    page.goto(files_url(files_platform, os.fsencode(workspace)))
+    # The browser sends at 64 KB/s: the upload is seen under way.
+    network = page.context.new_cdp_session(page)
+    network.send("Network.enable")
+    network.send(
+        "Network.emulateNetworkConditions",
+        {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": 64_000},
+    )
+    source = tmp_path / "slow upload.bin"
+    source.write_bytes(secrets.token_bytes(UPLOAD_LIMIT - 1000))
+
+    page.set_input_files("#files-input", str(source))
+    upload = uploaded(page, "slow upload.bin")
+    expect(upload.locator(".upload-status")).to_contain_text("% · ", timeout=15_000)
+    progress = float(upload.locator("progress").evaluate("bar => bar.value"))
+    assert 0 < progress < 100, progress
+    shot(page, "09-uploading")
+    upload.get_by_role("button", name="Cancel the upload of slow upload.bin").click()
+
+    expect(upload.locator(".upload-status")).to_have_text(
+        "Cancelled: nothing was saved under its name."
+    )
+    page.get_by_role("button", name="Refresh").click()
+    expect(row(page, "slow upload.bin")).to_have_count(0)
+    assert not (workspace / "slow upload.bin").exists()
+    # The hidden file it was being written to goes too, once the platform sees it cut.
+    wait_for(lambda: not any(workspace.iterdir()), timeout=20)
