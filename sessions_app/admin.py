@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from sessions_app.catalog import admin as catalog_admin  # noqa: F401 - registers the apps
 from sessions_app.models import Session, SessionEvent
 
 

@@ -94,15 +94,16 @@ def launch(session: Session) -> Launched:
     result = connection.run(["sh", "-c", line], stdin=_launcher_input(session))
     if result.exit_status != 0:
         raise LaunchFailed(f"could not start the program: {result.stderr.strip()[:300]}")
+    kind = kinds.get(session.session_type)
     try:
-        report = _wait_for_report(worker, base)
+        # The launcher reports once the program's socket answers: the kind's time to start.
+        report = _wait_for_report(worker, base, max(READY_WITHIN, kind.ready_within + 30))
     finally:
         # The step's client keeps writing to its output file unlinked: nothing is left behind.
         connection.run(["sh", "-c", f"rm -f {base}.in {base}.out"])
     host = worker.node_hostname
     port, pid = int(str(report["port"])), int(str(report["pid"]))
-    kind = kinds.get(session.session_type)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + kind.ready_within
     while True:
         try:
             login = kind.log_in(partial(_request, worker, host, port, session.secret()), session)
@@ -116,10 +117,10 @@ def launch(session: Session) -> Launched:
     return Launched(host=host, port=port, pid=pid, login=login)
 
 
-def _wait_for_report(worker: Worker, base: str) -> dict[str, object]:
+def _wait_for_report(worker: Worker, base: str, within: float) -> dict[str, object]:
     connection = connection_for(worker.cluster, worker.account)
     adapter = adapter_for_worker(worker)
-    deadline = time.monotonic() + READY_WITHIN
+    deadline = time.monotonic() + within
     output = ""
     while time.monotonic() < deadline:
         output = connection.run(["sh", "-c", f"cat {base}.out 2>/dev/null"]).stdout
@@ -131,13 +132,21 @@ def _wait_for_report(worker: Worker, base: str) -> dict[str, object]:
             if isinstance(report, dict) and report.get("ready"):
                 return report
             if isinstance(report, dict) and "error" in report:
-                raise LaunchFailed(str(report["error"])[:300])
+                raise LaunchFailed(_shortened(str(report["error"])))
         failure = adapter.interactive_failure(output)
         if failure:
             raise LaunchFailed(failure[:300])
         time.sleep(POLL_EVERY)
     tail = output.strip().splitlines()[-1:] or ["no output"]
-    raise LaunchFailed(f"the program did not start within {READY_WITHIN:g} s ({tail[0][:200]})")
+    raise LaunchFailed(f"the program did not start within {within:g} s ({tail[0][:200]})")
+
+
+def _shortened(error: str, room: int = 480) -> str:
+    """An app's starter ends its error with the program's last lines: the start and the end are
+    kept, the middle gives way."""
+    if len(error) <= room:
+        return error
+    return error[: room // 3] + " ... " + error[-(room - room // 3 - 5) :]
 
 
 def end_earlier_launchers(session: Session) -> None:

@@ -8,8 +8,11 @@ from django.utils import timezone
 
 from core.keystore import decrypt_private_key, encrypt_private_key
 from sessions_app import kinds
+from sessions_app.catalog.models import App, AppField
 from sessions_app.statuses import SessionStatus
 from workers_app.models.idle import IdlePolicy
+
+__all__ = ["App", "AppField", "Session", "SessionEvent"]
 
 PUBLIC_ID_ALPHABET = "abcdefghijkmnopqrstuvwxyz23456789"
 
@@ -25,7 +28,9 @@ class Session(IdlePolicy):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="interactive_sessions"
     )
     # One of the registry's kinds (a callable: a new kind needs no migration).
-    session_type = models.CharField(max_length=16, choices=kinds.choices)
+    session_type = models.CharField(max_length=32, choices=kinds.choices)
+    # What the owner gave an operator's app's fields (checked against them; defaults filled).
+    values = models.JSONField(default=dict, blank=True)
     worker = models.ForeignKey(
         "workers_app.Worker", on_delete=models.CASCADE, related_name="sessions"
     )

@@ -62,13 +62,18 @@ def create_session(
     params: Mapping[str, object] | None = None,
     name: str = "",
     idle_minutes: float | None = None,
+    values: Mapping[str, object] | None = None,
 ) -> Session:
     """A session on an environment (a dedicated worker is requested for it) or on a connected
     worker of the owner's. Raises ParameterError naming the offending field."""
     try:
         kind = kinds.get(session_type)
     except kinds.UnknownKind:
-        raise ParameterError("type", f"must be one of {', '.join(kinds.names())}") from None
+        kind = None
+    if kind is None or not kind.seen_by(owner):
+        offered = ", ".join(k.name for k in kinds.seen_by(owner))
+        raise ParameterError("type", f"must be one of {offered}")
+    checked_values = kind.checked_values(values or {})
     name = name.strip() or default_name(session_type)
     if not NAME.fullmatch(name):
         raise ParameterError("name", "must be 1 to 64 letters, digits or underscores")
@@ -79,6 +84,9 @@ def create_session(
         raise ParameterError("idle_minutes", problem)
     with transaction.atomic():
         if environment:
+            if not kind.offered_on(cluster, environment):
+                where = f"{cluster}/{environment}"
+                raise ParameterError("type", f"{kind.label} is not offered on {where}")
             # The session's policy is the worker's: ending the session ends its worker.
             worker = request_worker(
                 owner=owner,
@@ -105,6 +113,9 @@ def create_session(
                     "worker", f"worker {worker_id} is {worker_found.status}, not connected"
                 )
             worker, dedicated = worker_found, False
+            from_environment = worker.environment.name if worker.environment else None
+            if not kind.offered_on(cluster, from_environment):
+                raise ParameterError("type", f"{kind.label} is not offered on worker {worker_id}")
         session = Session(
             name=name,
             owner=owner,
@@ -112,6 +123,7 @@ def create_session(
             worker=worker,
             dedicated_worker=dedicated,
             idle_minutes=idle_minutes or None,
+            values=checked_values,
         )
         session.set_secret(secrets.token_urlsafe(24)[: kind.secret_length])
         session.save()
@@ -128,6 +140,7 @@ def create_again(session: Session) -> Session:
         "owner": session.owner,
         "session_type": session.session_type,
         "cluster": worker.cluster.name,
+        "values": session.values,
     }
     asked["idle_minutes"] = session.idle_minutes or 0
     if not session.dedicated_worker:
@@ -178,7 +191,7 @@ def start_session(session_id: int) -> str:
             launch.end_earlier_launchers(session)
         launched = launch.launch(session)
     except launch.LaunchFailed as exc:
-        lifecycle.fail_session(session, reason=f"Could not start: {exc}")
+        lifecycle.fail_session(session, reason=f"Could not start: {exc}"[:512])
         return "failed"
     except (SSHError, QueryFailed, SchedulerError, ValueError) as exc:
         worker.refresh_from_db(fields=["status"])

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
+from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework import serializers
 
-from sessions_app import kinds
 from sessions_app.models import Session, SessionEvent
 from sessions_app.statuses import SessionStatus
 from workers_app.api.serializers import ParamsField
@@ -11,7 +13,14 @@ from workers_app.api.serializers import ParamsField
 
 class SessionSerializer(serializers.ModelSerializer[Session]):
     id = serializers.CharField(source="public_id", read_only=True)
-    type = serializers.ChoiceField(source="session_type", choices=kinds.choices())
+    type = serializers.CharField(
+        source="session_type", read_only=True, help_text="As GET /api/sessions/kinds/ lists."
+    )
+    values = serializers.DictField(
+        child=serializers.CharField(allow_blank=True),
+        read_only=True,
+        help_text="What was given the type's fields (defaults filled in).",
+    )
     status = serializers.ChoiceField(choices=SessionStatus.choices, read_only=True)
     reason = serializers.CharField(source="status_reason", read_only=True)
     cluster = serializers.CharField(source="worker.cluster.name", read_only=True)
@@ -30,6 +39,7 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
             "id",
             "name",
             "type",
+            "values",
             "status",
             "reason",
             "cluster",
@@ -58,9 +68,27 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
         return settings.ACTIVATE_PUBLIC_URL.rstrip("/") + session.url_path
 
 
+class ValueField(serializers.CharField):
+    """A value as given: the type's own fields check it (sessions_app.catalog.values), so that
+    a refusal names ``values.<field>`` however the value is wrong."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=True, trim_whitespace=False, **kwargs)
+        self.validators = [
+            v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)
+        ]
+
+
 class SessionCreateSerializer(serializers.Serializer[None]):
-    type = serializers.ChoiceField(
-        choices=kinds.choices(), help_text="A session type, as GET /api/sessions/kinds/ lists."
+    type = serializers.CharField(
+        max_length=32, help_text="A session type, as GET /api/sessions/kinds/ lists."
+    )
+    values = serializers.DictField(
+        child=ValueField(),
+        required=False,
+        default=dict,
+        help_text="Values for the type's fields, by name (as GET /api/sessions/kinds/ lists "
+        "them); a field left out takes its default.",
     )
     cluster = serializers.CharField(max_length=64, help_text="Cluster name.")
     environment = serializers.CharField(
@@ -96,11 +124,23 @@ class SessionCreateSerializer(serializers.Serializer[None]):
     )
 
 
-class SessionKindSerializer(serializers.Serializer[dict[str, str]]):
+class SessionKindFieldSerializer(serializers.Serializer[dict[str, object]]):
+    name = serializers.CharField(read_only=True, help_text="What `values` takes it by.")
+    label = serializers.CharField(read_only=True)  # type: ignore[assignment]
+    default = serializers.CharField(read_only=True)
+    pattern = serializers.CharField(read_only=True, help_text="A value must match it whole.")
+    required = serializers.BooleanField(read_only=True)  # type: ignore[assignment]
+    choices = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+
+class SessionKindSerializer(serializers.Serializer[dict[str, object]]):
     name = serializers.CharField(read_only=True, help_text="What `type` takes.")
     # A field named like Field.label: the serializer's metaclass takes it out of the class.
     label = serializers.CharField(read_only=True)  # type: ignore[assignment]
     description = serializers.CharField(read_only=True)
+    fields = SessionKindFieldSerializer(  # type: ignore[assignment]
+        many=True, read_only=True, help_text="What a launch may give in `values`."
+    )
 
 
 class SessionEventSerializer(serializers.ModelSerializer[SessionEvent]):

@@ -6,6 +6,8 @@ answers 404. DELETE stops the session (and its dedicated worker) and answers its
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -98,6 +100,7 @@ class SessionViewSet(
             params=data["params"],
             name=data["name"],
             idle_minutes=data["idle_minutes"],
+            values=data["values"],
         )
         session = services.sessions_visible_to(_user(request)).get(pk=session.pk)
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
@@ -136,14 +139,19 @@ class SessionViewSet(
     )
     @action(detail=False, methods=["get"], url_path="kinds", pagination_class=None)
     def list_kinds(self, request: Request) -> Response:
-        """The types of session this platform launches: a name for `type`, a label and what
-        it is."""
+        """The types of session this platform launches for you: a name for `type`, a label,
+        what it is, and the fields a launch may give `values` for."""
         return Response(
             [
                 SessionKindSerializer(
-                    {"name": kind.name, "label": kind.label, "description": kind.description}
+                    {
+                        "name": kind.name,
+                        "label": kind.label,
+                        "description": kind.description,
+                        "fields": [asdict(item) for item in kind.fields],
+                    }
                 ).data
-                for kind in kinds.all_kinds()
+                for kind in kinds.seen_by(_user(request))
             ]
         )
 

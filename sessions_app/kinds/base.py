@@ -3,13 +3,18 @@ the platform's proxy logs the browser in to it. One module per kind in this pack
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar, Protocol
 
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+
 from core.env import EnvReader
+from core.errors import ParameterError
 from node import starter_source
+from sessions_app.catalog.spec import FieldSpec
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -22,6 +27,8 @@ class Session(Protocol):
     def secret(self) -> str: ...
     @property
     def url_path(self) -> str: ...
+    @property
+    def values(self) -> dict[str, str]: ...
 
 
 # One HTTP request to the session's program through a tunnel, blocking: (method, target, body,
@@ -72,6 +79,26 @@ class SessionKind:
     # WebSocket paths (under /s/<id>/) whose messages are a byte stream to one of the
     # program's sockets on the node (the route its starter asked for), not a WebSocket there.
     raw_routes: ClassVar[dict[str, str]] = {}
+    # Seconds the program may take to answer through the tunnel once its launcher is ready.
+    ready_within: ClassVar[float] = 30.0
+
+    # What people fill in when they launch it (an operator's app's fields; none built in).
+    fields: tuple[FieldSpec, ...] = ()
+
+    def seen_by(self, user: AbstractBaseUser | AnonymousUser) -> bool:
+        """Whether ``user`` may launch it at all (and sees it listed)."""
+        return True
+
+    def offered_on(self, cluster: str, environment: str | None) -> bool:
+        """Whether it runs on this cluster and environment (None: a worker from none)."""
+        return True
+
+    def checked_values(self, values: Mapping[str, object]) -> dict[str, str]:
+        """The values a launch gives its fields, checked, defaults filled in; raises
+        ParameterError naming the field."""
+        if values:
+            raise ParameterError("values", f"{self.label} takes no values")
+        return {}
 
     @cached_property
     def starter(self) -> str:

@@ -18,11 +18,21 @@ from django.views.decorators.http import require_GET, require_POST
 from core.errors import ParameterError
 from core.pages import login_required_page
 from sessions_app import idle, kinds, services
+from sessions_app.kinds.base import SessionKind
 from sessions_app.models import Session
 from workers_app.models import Cluster, Environment, Worker
 from workers_app.statuses import WorkerStatus
 
 LIST_SIZE = 100
+
+
+@dataclass(frozen=True)
+class Choice:
+    """An environment or connected worker in the Target list, and the kinds offered there."""
+
+    value: str
+    label: str
+    kinds: str
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,7 @@ class TargetGroup:
     cluster: Cluster
     environments: list[Environment]
     workers: list[Worker]
+    choices: list[Choice]
 
 
 def _user(request: HttpRequest) -> User:
@@ -41,10 +52,16 @@ def _user(request: HttpRequest) -> User:
 
 def _connected_workers(user: User) -> list[Worker]:
     workers = Worker.objects.visible_to(user).filter(owner=user, status=WorkerStatus.CONNECTED)
-    return list(workers.select_related("cluster").order_by("cluster__name", "name"))
+    ordered = workers.select_related("cluster", "environment").order_by("cluster__name", "name")
+    return list(ordered)
 
 
-def target_groups(user: User) -> list[TargetGroup]:
+def _offered(launchable: list[SessionKind], cluster: str, environment: str | None) -> str:
+    return " ".join(k.name for k in launchable if k.offered_on(cluster, environment))
+
+
+def target_groups(user: User, launchable: list[SessionKind] | None = None) -> list[TargetGroup]:
+    launchable = kinds.seen_by(user) if launchable is None else launchable
     workers = _connected_workers(user)
     groups = []
     visible = Prefetch("environments", queryset=Environment.objects.visible_to(user))
@@ -53,8 +70,20 @@ def target_groups(user: User) -> list[TargetGroup]:
             (e for e in cluster.environments.all() if e.is_active), key=lambda e: e.name
         )
         mine = [w for w in workers if w.cluster_id == cluster.pk]
+        name = cluster.name
+        choices = [
+            Choice(f"env:{name}/{e.name}", e.name, _offered(launchable, name, e.name))
+            for e in environments
+        ] + [
+            Choice(
+                f"worker:{name}/{w.public_id}",
+                f"{w.name} (connected)",
+                _offered(launchable, name, w.environment.name if w.environment else None),
+            )
+            for w in mine
+        ]
         if environments or mine:
-            groups.append(TargetGroup(cluster=cluster, environments=environments, workers=mine))
+            groups.append(TargetGroup(cluster, environments, mine, choices))
     return groups
 
 
@@ -69,14 +98,17 @@ def _find(user: User, public_id: str) -> Session:
 @login_required_page
 def sessions(request: HttpRequest) -> HttpResponse:
     user = _user(request)
+    launchable = kinds.seen_by(user)
     return render(
         request,
         "sessions_app/list.html",
         {
             "sessions": services.sessions_visible_to(user).order_by("-created_at")[:LIST_SIZE],
-            "groups": target_groups(user),
+            "groups": target_groups(user, launchable),
             "workers": _connected_workers(user),
-            "kinds": kinds.all_kinds(),
+            "kinds": launchable,
+            # Quick Launch offers what needs no values and runs anywhere.
+            "quick_kinds": [k for k in launchable if not k.fields and k.offered_on("", None)],
         },
     )
 
@@ -95,16 +127,25 @@ def launch(request: HttpRequest) -> HttpResponse:
     """Target is ``env:<cluster>/<environment>`` or ``worker:<cluster>/<worker id>``."""
     kind, _, where = request.POST.get("target", "").partition(":")
     cluster, _, name = where.partition("/")
+    session_type = request.POST.get("type", "")
+    # The chosen type's fields, named value:<type>:<field> (each type's inputs are apart).
+    prefix = f"value:{session_type}:"
+    values = {
+        key.removeprefix(prefix): value
+        for key, value in request.POST.items()
+        if key.startswith(prefix)
+    }
     try:
         if kind not in ("env", "worker") or not cluster or not name:
             raise ParameterError("target", "choose an environment or a connected worker")
         session = services.create_session(
             owner=_user(request),
-            session_type=request.POST.get("type", ""),
+            session_type=session_type,
             cluster=cluster,
             environment=name if kind == "env" else "",
             worker_id=name if kind == "worker" else "",
             name=request.POST.get("name", ""),
+            values=values,
         )
     except ParameterError as exc:
         messages.error(request, f"{exc.field.capitalize()}: {exc.message}")
