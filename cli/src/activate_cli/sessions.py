@@ -12,7 +12,7 @@ from urllib.parse import quote
 from activate_cli.client import ApiClient
 from activate_cli.errors import CliError, Interrupted
 from activate_cli.output import cell, emit, pairs, table, when
-from activate_cli.params import add_idle_option, add_param_option
+from activate_cli.params import add_idle_option, add_param_option, parse_param
 from activate_cli.waiting import poll
 
 # Session statuses as the API names them; a test checks them against its schema.
@@ -124,10 +124,28 @@ def render_types(types: list[dict[str, Any]]) -> str:
     return table(["TYPE", "LABEL", "DESCRIPTION"], rows)
 
 
+def render_fields(types: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            cell(t["name"]),
+            cell(f["name"]),
+            cell(f.get("label")),
+            cell(f.get("default")),
+            cell("yes" if f.get("required") else "no"),
+            cell(", ".join(f.get("choices") or [])),
+        ]
+        for t in types
+        for f in t.get("fields") or []
+    ]
+    return table(["TYPE", "FIELD", "LABEL", "DEFAULT", "REQUIRED", "CHOICES"], rows)
+
+
 def list_types(client: ApiClient, args: argparse.Namespace) -> int:
     types = session_types(client)
     if args.names:
         print("\n".join(str(t["name"]) for t in types))
+    elif args.fields:
+        emit(sys.stdout, types, args.output, render_fields)
     else:
         emit(sys.stdout, types, args.output, render_types)
     return 0
@@ -138,6 +156,8 @@ def create(client: ApiClient, args: argparse.Namespace) -> int:
         raise CliError("give --environment ENV or --worker ID (one of them)")
     check_type(client, args.type)
     body: dict[str, Any] = {"type": args.type, "cluster": args.cluster}
+    if args.value:
+        body["values"] = dict(args.value)
     if args.environment:
         body["environment"] = args.environment
         body["params"] = dict(args.param or [])
@@ -221,6 +241,15 @@ def add_parser(
     p.add_argument("--environment", "-e", metavar="ENV", help="on a new worker of ENV")
     p.add_argument("--worker", "-w", metavar="ID", help="on this connected worker of yours")
     add_param_option(p, what="a scheduling field of the new worker")
+    p.add_argument(
+        "--value",
+        "-V",
+        action="append",
+        type=parse_param,
+        metavar="FIELD=VALUE",
+        help="a field of the type (pw sessions types --fields lists them), e.g. "
+        "logdir=~/runs (repeatable)",
+    )
     p.add_argument("--name", default="", help="letters, digits, underscores; default TYPE_TIME")
     add_idle_option(
         p,
@@ -268,4 +297,5 @@ def add_parser(
         "types", help="the types of session the server runs", parents=[common, output]
     )
     p.add_argument("--names", action="store_true", help="only their names, one a line")
+    p.add_argument("--fields", action="store_true", help="the fields each type takes (--value)")
     p.set_defaults(run=list_types)
