@@ -120,7 +120,7 @@ def test_alice_uploads_downloads_renames_and_deletes_her_files(
 ) -> None:
     page = browser_of(chromium, files_platform, "alice")
     errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("pageerror", lambda e: errors.append(f"{e}\n{e.stack}"))
 
     # Given: from the Clusters page, the cluster's Files open on her home folder.
     page.goto(f"{files_platform.url}/clusters/")
@@ -138,6 +138,10 @@ def test_alice_uploads_downloads_renames_and_deletes_her_files(
     expect(page.locator("#files-here")).to_be_focused()
     assert page.url == files_url(files_platform, os.fsencode(workspace))
     expect(page.locator("#files-body")).to_contain_text("This folder is empty")
+    page.go_back()  # the browser's Back and Forward follow
+    expect(page.locator("#files-here")).to_have_text("pwalice")
+    page.go_forward()
+    expect(page.locator("#files-here")).to_have_text(workspace.name)
     page.get_by_role("button", name="New folder").click()
     page.get_by_role("textbox", name="Name").fill("results 2026")
     page.get_by_role("button", name="Create folder").click()

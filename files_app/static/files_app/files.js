@@ -99,8 +99,10 @@
     $("files-pick").disabled = !readable;
   }
 
+  document.body.addEventListener("htmx:historyRestore", syncTools);
   document.body.addEventListener("htmx:afterSwap", function (event) {
-    if (event.detail.target.id !== "files-listing" && !$("files-listing").contains(event.detail.target)) return;
+    const target = event.detail && event.detail.target;
+    if (!target || (target.id !== "files-listing" && !$("files-listing").contains(target))) return;
     syncTools();
     // Entering a folder by a link moves the focus to its name in the path.
     const from = event.detail.requestConfig && event.detail.requestConfig.elt;

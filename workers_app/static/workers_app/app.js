@@ -17,7 +17,9 @@
   // A fragment swapped into the dialog opens it (Create, Delete worker).
   document.addEventListener("htmx:afterSwap", function (event) {
     const dialog = document.getElementById("dialog");
-    if (dialog && event.detail.target.id === "dialog-body" && !dialog.open) {
+    // (A page restored from htmx's history swaps with no target.)
+    const target = event.detail.target;
+    if (dialog && target && target.id === "dialog-body" && !dialog.open) {
       closeMenus(null);
       dialog.showModal();
     }
