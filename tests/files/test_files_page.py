@@ -242,6 +242,9 @@ def test_alice_uploads_downloads_renames_and_deletes_her_files(
         newline.get_by_role("link", name="Download").click()
     assert Path(download.value.path()).read_bytes() == b"first"
     shot(page, "06-strange-names")
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: rows become cards
+    shot(page, "06b-phone")
+    page.set_viewport_size({"width": 1280, "height": 860})
     newline.locator("details.menu summary").click()
     newline.get_by_role("button", name="Delete…").click()
     page.get_by_role("button", name="Delete file").click()
