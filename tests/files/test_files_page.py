@@ -18,6 +18,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
+from files_app.models import FileRoot
 from harness import REPO
 from harness.platform import Platform
 from harness.waiting import wait_for
@@ -25,6 +26,7 @@ from tests.browser import launched_chromium, logged_in_page
 from tests.files import places
 from tests.files.places import CLUSTER, owned_by
 from tests.platforms import module_platform
+from workers_app.models import Cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.live]
 
@@ -118,6 +120,7 @@ def test_alice_uploads_downloads_renames_and_deletes_her_files(
     workspace: Path,
     tmp_path: Path,
 ) -> None:
+    FileRoot.objects.create(cluster=Cluster.objects.get(name=CLUSTER), label="Scratch", path="/tmp")
     page = browser_of(chromium, files_platform, "alice")
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(f"{e}\n{e.stack}"))
@@ -131,6 +134,12 @@ def test_alice_uploads_downloads_renames_and_deletes_her_files(
     expect(page.locator("#files-listing .places a[aria-current]")).to_have_text("Home")
     expect(row(page, ".bashrc")).to_be_hidden()  # hidden files stay out of the way
     shot(page, "01-home")
+    places_ = page.locator("#files-listing .places")
+    places_.get_by_role("link", name="Scratch").click()  # the operator's place, and back
+    expect(page.locator("#files-here")).to_have_text("tmp")
+    expect(places_.locator("a[aria-current]")).to_have_text("Scratch")
+    places_.get_by_role("link", name="Home").click()
+    expect(page.locator("#files-here")).to_have_text("pwalice")
 
     # When she enters her folder (the keyboard's way), and makes a folder in it.
     row(page, workspace.name).get_by_role("link", name=workspace.name).press("Enter")

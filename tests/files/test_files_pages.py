@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -140,3 +141,16 @@ def test_the_clusters_page_and_the_nav_lead_to_files(people: dict[str, User]) ->
     assert f'href="{PAGE}">Files</a>' in clusters
     assert 'href="/files/"' in clusters  # the nav
     assert index.status_code == 302 and index["Location"] == PAGE
+
+
+def test_files_in_the_nav_offers_each_cluster_when_there_are_several(
+    people: dict[str, User], make_cluster: Any
+) -> None:
+    make_cluster(name="campus")
+
+    index = logged_in(people["alice"]).get("/files/")
+
+    html = index.content.decode()
+    assert index.status_code == 200
+    assert 'href="/clusters/campus/files/">campus</a>' in html
+    assert f'href="{PAGE}">{CLUSTER}</a>' in html
