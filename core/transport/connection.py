@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import paramiko
 
@@ -157,6 +157,20 @@ class _QuickAckSocket(socket.socket):
 QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 
 
+# AES-GCM before the rest: one AES-NI pass where CTR adds an HMAC-SHA-256 on each side, paramiko's
+# in Python (measured on the test cluster's SFTP, alternating: uploads 206 -> 288 MB/s, downloads
+# 209 -> 238). A server without it gets CTR, as before.
+GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def _gcm_first(sock: Any, /, **options: Any) -> paramiko.Transport:
+    transport = paramiko.Transport(sock, **options)
+    security = transport.get_security_options()
+    offered = tuple(security.ciphers)
+    security.ciphers = (*(c for c in GCM if c in offered), *(c for c in offered if c not in GCM))
+    return transport
+
+
 def _tcp(host: str, port: int, timeout: float) -> socket.socket:
     error: OSError | None = None
     for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
@@ -242,6 +256,7 @@ class SSHConnection:
                 channel_timeout=self.connect_timeout,
                 look_for_keys=False,
                 allow_agent=False,
+                transport_factory=_gcm_first,
             )
         except HostKeyMismatch:
             client.close()
