@@ -156,6 +156,17 @@ def test_alice_uploads_downloads_renames_and_deletes_her_files(
     page.get_by_role("button", name="Create folder").click()
     expect(row(page, "results 2026")).to_have_count(1)
     assert (workspace / "results 2026").is_dir()
+    page.get_by_role("button", name="New folder").click()  # the same name again: said, kept open
+    page.get_by_role("textbox", name="Name").fill("results 2026")
+    page.get_by_role("button", name="Create folder").click()
+    expect(page.locator("#files-dialog-error")).to_have_text(
+        "That name is taken here: choose another."
+    )
+    page.get_by_role("textbox", name="Name").fill("a/b")
+    page.get_by_role("button", name="Create folder").click()
+    expect(page.locator("#files-dialog-error")).to_have_text("A name cannot hold a slash (/).")
+    page.keyboard.press("Escape")
+    expect(page.locator("#files-dialog")).to_be_hidden()
     assert (workspace / "results 2026").stat().st_uid == workspace.stat().st_uid
 
     # ...uploads a file with the picker, drops another on the listing and a third on the
