@@ -56,7 +56,7 @@ from files_app import paths, services
 
 log = logging.getLogger(__name__)
 PATH = re.compile(r"^/files/(?P<cluster>[^/]+)/(?P<action>download|upload)$")
-CHUNK = 512 * 1024
+CHUNK = 1024 * 1024
 IN_FLIGHT = 4
 # SFTP's blocking calls: one at a time per transfer, never on the event loop or on the threads
 # pages and the API answer on.

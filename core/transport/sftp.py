@@ -478,22 +478,27 @@ class FileReader(_Pipeline):
 
 
 class FileWriter(_Pipeline):
-    """Writes sent ahead, a bounded number in flight; ``close`` waits for every answer."""
+    """Writes of the largest size the server takes, sent ahead, a bounded number in flight;
+    ``close`` sends what is left and waits for every answer."""
 
     def __init__(self, session: SFTPSession, handle: bytes) -> None:
         super().__init__(session, handle)
         self.written = 0
+        self._held = bytearray()
 
     def write(self, data: bytes) -> None:
-        view = memoryview(data)
+        self._held += data
         step = self.session.write_size
-        for start in range(0, len(view), step):
-            piece = bytes(view[start : start + step])
-            while len(self.sent) >= WRITES_IN_FLIGHT:
-                self._settle(self.sent.popleft()[0])
-            number = self.send(CMD_WRITE, self.handle, int64(self.written), piece)
-            self.sent.append((number, self.written, len(piece)))
-            self.written += len(piece)
+        while len(self._held) >= step:
+            self._send_piece(bytes(self._held[:step]))
+            del self._held[:step]
+
+    def _send_piece(self, piece: bytes) -> None:
+        while len(self.sent) >= WRITES_IN_FLIGHT:
+            self._settle(self.sent.popleft()[0])
+        number = self.send(CMD_WRITE, self.handle, int64(self.written), piece)
+        self.sent.append((number, self.written, len(piece)))
+        self.written += len(piece)
 
     def _settle(self, number: int) -> None:
         kind, message = self.answer(number)
@@ -509,6 +514,9 @@ class FileWriter(_Pipeline):
             return
         self.closed = True
         try:
+            if self._held:
+                self._send_piece(bytes(self._held))
+                self._held.clear()
             while self.sent:
                 self._settle(self.sent.popleft()[0])
         finally:
