@@ -258,6 +258,8 @@ def test_an_app_limited_to_a_group_is_invisible_to_others_and_refused_by_name(
     made = api(user).post("/api/sessions/", launch_body(mine), format="json")
     assert made.status_code == 201, made.json()
     assert made.json()["type"] == "tensorboard" and made.json()["values"] == {"logdir": "~/runs"}
+    details = client.get(f"/sessions/{made.json()['id']}/").content.decode()
+    assert "<dt>logdir</dt><dd><code>~/runs</code></dd>" in details
 
 
 def test_an_app_limited_to_a_cluster_is_not_offered_elsewhere(user: AbstractUser) -> None:
@@ -475,3 +477,13 @@ def test_the_admin_adds_an_app_refuses_a_bad_one_and_imports_and_exports_yaml(
         ("notebook", "unix"),
         ("tensorboard", "tcp"),
     ]
+
+
+def test_a_failed_starts_long_error_keeps_its_last_lines() -> None:
+    # The app starter ends its error with the program's last lines; the reason has 512 room.
+    error = "tensorboard exited with status 1; its last lines:\n" + "\n".join(
+        f"line {n}: " + "x" * 40 for n in range(40)
+    )
+    kept = launch._shortened(error)
+    assert len(kept) <= 480 and kept.startswith("tensorboard exited with status 1")
+    assert kept.endswith("line 39: " + "x" * 40)
