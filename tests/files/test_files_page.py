@@ -151,6 +151,8 @@ def test_alice_uploads_downloads_renames_and_deletes_her_files(
     expect(page.locator("#files-here")).to_have_text("pwalice")
     page.go_forward()
     expect(page.locator("#files-here")).to_have_text(workspace.name)
+    stored = page.evaluate("() => JSON.stringify(Object.entries(sessionStorage))")
+    assert "htmx-history-cache" not in stored  # htmx keeps no copy of a listing
     page.get_by_role("button", name="New folder").click()
     page.get_by_role("textbox", name="Name").fill("results 2026")
     page.get_by_role("button", name="Create folder").click()
