@@ -59,10 +59,12 @@ from core.transport.errors import SSHError
 # What every server takes (the protocol's draft asks for 32768-byte reads and writes at least);
 # OpenSSH says it takes more through its limits@openssh.com extension.
 SAFE_REQUEST = 32768
-# The largest read or write asked for at once, and how many are in flight per transfer: enough
-# to keep a loopback connection busy, a few MiB at most in memory.
+# The largest read or write asked for at once, and how many are in flight per transfer: about
+# the 2 MiB OpenSSH's sftp keeps in flight. More reads ahead is slower, not faster: paramiko's
+# channel buffer moves what it still holds on every read (on loopback, alternating: 16 in
+# flight 219 MB/s, 8 287, 4 320; fewer would starve a link with more latency).
 LARGEST_REQUEST = 256 * 1024
-READS_IN_FLIGHT = 16
+READS_IN_FLIGHT = 8
 WRITES_IN_FLIGHT = 16
 
 
