@@ -129,6 +129,9 @@ def test_two_gib_each_way_keep_the_web_process_flat_and_heartbeats_answered(
             yield block
 
     params = {"path": f"{workspace}/big.bin"}
+    with beats:
+        time.sleep(3)  # the same beats with nothing else going on, to compare with
+    quiet_beats = beats.said()
     with platform.api(key, timeout=120) as client:
         before = reset_peak(pid)
         started = time.perf_counter()
@@ -159,6 +162,7 @@ def test_two_gib_each_way_keep_the_web_process_flat_and_heartbeats_answered(
 
     mib = 1024 * 1024
     print(
+        f"\nheartbeats with no transfer: {quiet_beats}"
         f"\nupload 2 GiB: {SIZE / up_seconds / 1e6:.0f} MB/s, web RSS peak +{up_growth / mib:.1f}"
         f" MiB; heartbeats meanwhile: {up_beats}\n"
         f"download 2 GiB: {SIZE / down_seconds / 1e6:.0f} MB/s, web RSS peak "
