@@ -71,6 +71,23 @@ groups: []
 """
 
 
+@pytest.fixture(autouse=True)
+def _no_app_remembered() -> None:
+    """An app a rolled-back test saved is not remembered by the next (the registry's cache)."""
+    store.forget_recent()
+
+
+def test_a_change_to_an_app_is_seen_at_once_though_the_proxy_remembers_it() -> None:
+    yaml_files.import_texts([("tb.yaml", TENSORBOARD)])
+    assert kinds.get("tensorboard").label == "TensorBoard"
+    app = App.objects.get(name="tensorboard")
+    app.label = "Board"
+    app.save()
+    assert kinds.get("tensorboard").label == "Board"
+    app.groups.add(Group.objects.create(name="team"))
+    assert kinds.get("tensorboard").spec.groups == ("team",)  # type: ignore[attr-defined]
+
+
 def spec(**changes: Any) -> dict[str, Any]:
     """A good app in the YAML file's shape, with ``changes``."""
     data: dict[str, Any] = yaml.safe_load(TENSORBOARD)
