@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import secrets
 import shutil
 import subprocess
@@ -262,3 +263,42 @@ def test_an_operators_app_launches_from_the_dialog_shows_its_page_and_ends_when_
 def state(row: Any) -> Any:
     row.refresh_from_db()
     return row
+
+
+# An app whose program gives up at once, saying why (its command is a template like any other).
+BROKEN = """\
+name: broken
+label: Broken
+command:
+  - python3
+  - -c
+  - "import sys; print('starting up'); sys.exit('no folder ' + sys.argv[1])"
+  - "{folder}"
+env: {SOCKET_PATH: "{socket}"}
+reach: unix
+fields:
+  - {name: folder, label: Folder, default: "~/nope", required: true}
+"""
+
+
+@pytest.mark.serial
+def test_an_app_that_fails_to_start_fails_its_session_with_the_programs_last_lines(
+    session_platform: Platform, pw: Any, alice: User, environment: Environment, tmp_path: Path
+) -> None:
+    source = tmp_path / "broken.yaml"
+    source.write_text(BROKEN)
+    call_command("import_apps", str(source))
+    result = pw(
+        "sessions", "create", "--type", "broken", environment.cluster.name, "-e",
+        environment.name, "--value", "folder=~/a b;$(id)", "--wait", "-o", "json", timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1
+    session = Session.objects.get(owner=alice, session_type="broken")
+    print(f"\nits reason: {session.status_reason}")
+    assert session.status == SessionStatus.FAILED
+    assert session.status_reason.startswith("Could not start: ")
+    assert "starting up" in session.status_reason
+    # The value reached the program as one argument (its home's "~" filled in), and ran nothing.
+    lines = session.status_reason.splitlines()
+    assert any(re.fullmatch(r"no folder /\S+/a b;\$\(id\)", line) for line in lines), lines
+    assert "no folder" in result.stderr
