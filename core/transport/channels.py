@@ -31,6 +31,8 @@ class ChannelPipe:
         self._on_close: Callable[[], None] | None = on_close
         self._ours, self._theirs = socket.socketpair()
         self._lock = threading.Lock()
+        # Held while closing: a second close (or the last direction's) returns once it is done.
+        self._closing = threading.RLock()
         self._open_directions = 2
 
     async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -68,13 +70,14 @@ class ChannelPipe:
             self.close()
 
     def close(self) -> None:
-        with self._lock:
-            if self._on_close is None:
-                return
-            on_close, self._on_close = self._on_close, None
-        self._channel.close()
-        self._ours.close()
-        on_close()
+        with self._closing:
+            with self._lock:
+                if self._on_close is None:
+                    return
+                on_close, self._on_close = self._on_close, None
+            self._channel.close()
+            self._ours.close()
+            on_close()
 
 
 def http_request(
