@@ -139,7 +139,9 @@ class AppAdmin(admin.ModelAdmin):
                     )
                     messages.success(request, f"Imported: {said}.")
                     return HttpResponseRedirect(reverse("admin:sessions_app_app_changelist"))
-            form.add_error("uploads", ValidationError(["Nothing was imported.", *error.splitlines()]))
+            form.add_error(
+                "uploads", ValidationError(["Nothing was imported.", *error.splitlines()])
+            )
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),
             "title": "Import apps from YAML",
