@@ -17,6 +17,8 @@ from django.urls import URLPattern, path, reverse
 from sessions_app.catalog import rules, store
 from sessions_app.catalog.models import App, AppField
 from sessions_app.catalog.yaml_files import CatalogFileError, dump, import_texts
+from sessions_app.models import Session
+from sessions_app.statuses import LIVE
 
 MAX_UPLOAD = 1024 * 1024
 
@@ -92,6 +94,27 @@ class AppAdmin(admin.ModelAdmin):
     inlines = [AppFieldInline]
     actions = ["export_yaml"]
     change_list_template = "admin/sessions_app/app/change_list.html"
+
+    def has_delete_permission(self, request: HttpRequest, obj: App | None = None) -> bool:
+        # A live session of the app still needs it (its proxy, its stop): disable it instead.
+        if obj is not None and Session.objects.filter(session_type=obj.name, status__in=LIVE):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[App]) -> None:
+        used = set(
+            Session.objects.filter(
+                session_type__in=queryset.values("name"), status__in=LIVE
+            ).values_list("session_type", flat=True)
+        )
+        if used:
+            self.message_user(
+                request,
+                f"Not deleted: {', '.join(sorted(used))} still run sessions (disable them).",
+                messages.ERROR,
+            )
+            return
+        super().delete_queryset(request, queryset)
 
     @admin.action(description="Export as YAML")
     def export_yaml(self, request: HttpRequest, queryset: QuerySet[App]) -> HttpResponse:

@@ -504,3 +504,24 @@ def test_a_failed_starts_long_error_keeps_its_last_lines() -> None:
     kept = launch._shortened(error)
     assert len(kept) <= 480 and kept.startswith("tensorboard exited with status 1")
     assert kept.endswith("line 39: " + "x" * 40)
+
+
+def test_an_app_with_a_live_session_is_not_deleted_in_the_admin(
+    admin_client: Any, user: AbstractUser
+) -> None:
+    yaml_files.import_texts([("tb.yaml", TENSORBOARD)])
+    app = App.objects.get()
+    made = api(user).post("/api/sessions/", launch_body(connected_worker(user)), format="json")
+    assert made.status_code == 201
+    assert (
+        admin_client.post(f"/admin/sessions_app/app/{app.pk}/delete/", {"post": "yes"}).status_code
+        == 403
+    )
+    listed = admin_client.post(
+        "/admin/sessions_app/app/",
+        {"action": "delete_selected", "_selected_action": [app.pk], "post": "yes"},
+    )
+    assert listed.status_code in (200, 302, 403) and App.objects.exists()
+    Session.objects.update(status="ended")
+    admin_client.post(f"/admin/sessions_app/app/{app.pk}/delete/", {"post": "yes"})
+    assert not App.objects.exists()
