@@ -155,7 +155,9 @@ class SessionViewSet(
             ]
         )
 
-    @extend_schema(responses={200: SessionEventSerializer(many=True), **NOT_FOUND})
+    @extend_schema(
+        responses={200: SessionEventSerializer(many=True), 400: ErrorSerializer, **NOT_FOUND}
+    )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, **kwargs: str) -> Response:
         """The session's history: every status change with its reason, oldest first."""

@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -42,7 +43,11 @@ class NewApiKeySerializer(ApiKeySerializer):
 REFUSED = {403: ErrorSerializer, **NOT_AUTHENTICATED}
 
 
-@extend_schema_view(list=extend_schema(responses={200: ApiKeySerializer(many=True), **REFUSED}))
+@extend_schema_view(
+    list=extend_schema(
+        responses={200: ApiKeySerializer(many=True), 400: ErrorSerializer, **REFUSED}
+    )
+)
 class ApiKeyViewSet(
     ApiErrorsMixin,
     mixins.ListModelMixin,
@@ -52,6 +57,7 @@ class ApiKeyViewSet(
 ):
     serializer_class = ApiKeySerializer
     pagination_class = Pagination
+    parser_classes = [JSONParser]
     permission_classes = [IsAuthenticated, FullKeyOnly]
     lookup_value_regex = ANY_SEGMENT
 

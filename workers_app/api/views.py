@@ -410,7 +410,9 @@ class WorkerViewSet(
             return Response({"field": None, "detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         return Response(WorkerSerializer(worker).data)
 
-    @extend_schema(responses={200: WorkerEventSerializer(many=True), **NOT_FOUND})
+    @extend_schema(
+        responses={200: WorkerEventSerializer(many=True), 400: ErrorSerializer, **NOT_FOUND}
+    )
     @action(detail=True, methods=["get"])
     def events(self, request: Request, **kwargs: str) -> Response:
         """The worker's history: every status change with its reason, oldest first."""
@@ -470,7 +472,13 @@ class WorkerViewSet(
 
 
 @extend_schema_view(
-    list=extend_schema(responses={200: SavedRequestSerializer(many=True), **NOT_AUTHENTICATED}),
+    list=extend_schema(
+        responses={
+            200: SavedRequestSerializer(many=True),
+            400: ErrorSerializer,
+            **NOT_AUTHENTICATED,
+        }
+    ),
     retrieve=extend_schema(responses={200: SavedRequestSerializer, **NOT_FOUND}),
 )
 class SavedRequestViewSet(
