@@ -121,3 +121,27 @@ def test_marimo_from_its_yaml_lets_in_only_the_login_its_yaml_has_the_proxy_send
     print(f"its page in {time.monotonic() - began:.3f} s through the gate")
     assert status == 200 and b"marimo" in page
     only_the_gate(apps, run)
+
+
+@pytest.mark.parametrize("path", sorted(APPS.glob("*.yaml")), ids=lambda path: path.stem)
+def test_every_documented_app_starts_from_its_yaml_alone_and_answers_ready_behind_the_gate(
+    session_tools: None, apps: AppRunner, path: Path
+) -> None:
+    """An operator's next app is its YAML and nothing else: each one in docs/apps/ starts with
+    its fields' defaults, answers its readiness request (with the login its YAML has the proxy
+    send) and, on TCP, holds nothing but the gate in the node's tables."""
+    data = yaml.safe_load(path.read_text())
+    defaults = {field["name"]: str(field.get("default", "")) for field in data["fields"]}
+    run = apps.launch(spec_from_yaml(data["name"], defaults, BASE_URL))
+    assert run.report.get("ready"), run.report
+    login = data["login"]
+    headers = {}
+    if login["kind"] == "header":
+        headers[login["name"]] = login["value"].replace("{secret}", run.secret)
+    elif login["kind"] == "cookie":
+        headers["Cookie"] = f"{login['name']}={login['value'].replace('{secret}', run.secret)}"
+    prefix = BASE_URL if data["keeps_prefix"] else "/"
+    status, _ = run.request(prefix + data["ready"]["path"], headers)
+    assert status in data["ready"]["statuses"], (status, data["ready"])
+    if data["reach"] == "tcp":
+        only_the_gate(apps, run)
