@@ -23,17 +23,20 @@ and I/O bytes the job's processes used since the last report, in all and for eac
 Exit codes: 0 the platform ended the worker (or SIGTERM), 3 the platform refused this key.
 """
 
+import base64
 import hashlib
 import hmac
 import http.client
 import json
 import os
 import re
+import select
 import signal
 import socket
+import ssl
 import sys
 import time
-import urllib.error
+import urllib.parse
 import urllib.request
 from binascii import hexlify
 from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
@@ -103,18 +106,135 @@ def verified(key: str, status: int, nonce: str, body: bytes, signature: str) -> 
     return hmac.compare_digest(expected, (signature or "").strip().lower())
 
 
-class NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is an answer like any other (unsigned): not followed anywhere."""
-
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
+# Errors of a kept connection that the server closed while it sat idle (or just as the request
+# went out): the request is sent once more, the very same bytes, on a new connection.
+STALE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, http.client.BadStatusLine)
 
 
-OPENER = urllib.request.build_opener(NoRedirects)
+class Connection:
+    """One HTTP/1.1 connection to the platform (or relay), kept open across calls and opened
+    again only when it is closed or failed. TLS is verified as urllib verifies it by default
+    (the system's CAs, the host's name), whatever the site's Python defaults to; a redirect is
+    an answer like any other (unsigned), never followed. A proxy from the environment
+    (http_proxy, https_proxy, no_proxy) is used as urllib uses it: absolute URLs to it for
+    http, a CONNECT tunnel through it for https."""
+
+    def __init__(self, base: str, timeout: float) -> None:
+        parts = urllib.parse.urlsplit(base)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("ACTIVATE_URL must be an http or https URL: %r" % base)
+        self.scheme = parts.scheme
+        self.netloc = parts.netloc
+        self.host, self.port = parts.hostname, parts.port
+        self.prefix = parts.path.rstrip("/")
+        self.timeout = timeout
+        self.proxy_headers = {}  # type: Dict[str, str]
+        self.proxy = self._proxy(parts.netloc)
+        self.http = None  # type: Optional[http.client.HTTPConnection]
+        self.opened = 0  # connections opened so far
+
+    def _proxy(self, netloc: str) -> Optional[Tuple[str, Optional[int]]]:
+        proxies = urllib.request.getproxies()
+        url = proxies.get(self.scheme)
+        if not url or urllib.request.proxy_bypass(netloc):
+            return None
+        if "://" not in url:
+            url = "http://" + url
+        proxy = urllib.parse.urlsplit(url)
+        if proxy.username is not None:
+            user = urllib.parse.unquote(proxy.username)
+            secret = urllib.parse.unquote(proxy.password or "")
+            token = base64.b64encode(("%s:%s" % (user, secret)).encode()).decode()
+            self.proxy_headers["Proxy-Authorization"] = "Basic " + token
+        return proxy.hostname or "", proxy.port
+
+    def _open(self) -> http.client.HTTPConnection:
+        self.opened += 1
+        if self.scheme == "https":
+            context = ssl.create_default_context()
+            if hasattr(context, "set_alpn_protocols"):
+                context.set_alpn_protocols(["http/1.1"])
+            if self.proxy is None:
+                return http.client.HTTPSConnection(
+                    self.netloc, timeout=self.timeout, context=context
+                )
+            conn = http.client.HTTPSConnection(
+                self.proxy[0], self.proxy[1], timeout=self.timeout, context=context
+            )
+            conn.set_tunnel(self.host, self.port, headers=self.proxy_headers)
+            return conn
+        if self.proxy is None:
+            return http.client.HTTPConnection(self.netloc, timeout=self.timeout)
+        return http.client.HTTPConnection(self.proxy[0], self.proxy[1], timeout=self.timeout)
+
+    def _target(self, path: str) -> str:
+        if self.scheme == "http" and self.proxy is not None:
+            return "http://%s%s%s" % (self.netloc, self.prefix, path)
+        return self.prefix + path
+
+    def _kept(self) -> bool:
+        """Whether a connection is open and still good to send on: a kept connection that has
+        become readable between calls was closed by the server (or sent what nobody asked)."""
+        conn = self.http
+        if conn is None or conn.sock is None:
+            return False
+        try:
+            readable, _, _ = select.select([conn.sock], [], [], 0)
+        except (OSError, ValueError):
+            readable = [conn.sock]
+        if readable:
+            self.close()
+            return False
+        return True
+
+    def close(self) -> None:
+        if self.http is not None:
+            self.http.close()
+            self.http = None
+
+    def send(self, path: str, body: bytes, headers: Dict[str, str]) -> Tuple[int, bytes, str]:
+        """POST once (once more, the same bytes, if a kept connection turns out to have been
+        closed by the server): status, body and the answer's signature header."""
+        kept = self._kept()
+        if self.http is None:
+            self.http = self._open()
+        headers = dict(headers)
+        if self.scheme == "http" and self.proxy is not None:
+            headers.update(self.proxy_headers)
+        try:
+            return self._exchange(path, body, headers)
+        except STALE:
+            self.close()
+            if not kept:
+                raise
+        # Same nonce and timestamp: had the platform taken the first one, it refuses this one
+        # as a replay (unsigned, so a failed call here), and it never counts one beat twice.
+        self.http = self._open()
+        try:
+            return self._exchange(path, body, headers)
+        except STALE:
+            self.close()
+            raise
+
+    def _exchange(self, path: str, body: bytes, headers: Dict[str, str]) -> Tuple[int, bytes, str]:
+        conn = self.http
+        assert conn is not None
+        try:
+            conn.request("POST", self._target(path), body=body, headers=headers)
+            response = conn.getresponse()
+            answer = response.read()
+        except BaseException:
+            # Half a call on it (a timeout, say): its answer may still come, for nobody.
+            self.close()
+            raise
+        if response.will_close:
+            self.close()
+        return response.status, answer, response.getheader(SIGNATURE_HEADER) or ""
 
 
 class Platform:
-    """Signed calls to the platform's agent endpoints (directly or through a relay)."""
+    """Signed calls to the platform's agent endpoints (directly or through a relay), over one
+    kept connection."""
 
     def __init__(self, base: str, worker: str, key_id: str, key: str, timeout: float) -> None:
         self.base = base.rstrip("/")
@@ -123,6 +243,7 @@ class Platform:
         self.key = key
         self.timeout = timeout
         self.last_ts = 0  # microseconds
+        self.connection = Connection(self.base, timeout)
 
     def post(self, path: str, payload: dict) -> dict:
         """The signed answer's JSON; Refused for a signed refusal, Unverified for any answer
@@ -134,19 +255,8 @@ class Platform:
         self.last_ts = max(int(time.time() * 1000000), self.last_ts + 1)
         ts = "%d.%06d" % divmod(self.last_ts, 1000000)
         header = authorization(self.worker, self.key_id, self.key, "POST", path, body, ts, nonce)
-        request = urllib.request.Request(
-            self.base + path,
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/json", "Authorization": header},
-        )
-        try:
-            with OPENER.open(request, timeout=self.timeout) as response:
-                status, answer = response.status, response.read()
-                signature = response.headers.get(SIGNATURE_HEADER, "")
-        except urllib.error.HTTPError as exc:
-            status, answer = exc.code, exc.read()
-            signature = exc.headers.get(SIGNATURE_HEADER, "") if exc.headers else ""
+        headers = {"Content-Type": "application/json", "Authorization": header}
+        status, answer, signature = self.connection.send(path, body, headers)
         if not verified(self.key, status, nonce, answer, signature):
             raise Unverified(status)
         if status != 200:

@@ -9,9 +9,18 @@ stdin, then one line: the forward's proof. It then keeps reading stdin and exits
 closes, so it never outlives the SSH session that started it. Once listening it prints
 ``READY <port> <hostname>`` on stdout.
 
-Only the agent endpoints pass (``/agent/``, GET or POST, one request per connection, a small
-body); anything else is answered 403 here and never reaches the platform. Each request's Host
-header becomes HOST, the agents' server's own name, which the platform accepts.
+Only the agent endpoints pass (``/agent/``, GET or POST, a small body); anything else is
+answered 403 here and never reaches the platform. Each request's Host header becomes HOST, the
+agents' server's own name, which the platform accepts.
+
+Agents keep one HTTP/1.1 connection open across their beats, and so does the relay: a client's
+connection serves its next request too, each request checked and bounded on its own as the
+first, while it is idle less than KEEP_IDLE and for at most MAX_REQUESTS_PER_CONNECTION; kept
+connections waiting are capped per peer and in all, and beyond that an answer says
+``Connection: close`` (nothing is shed: the agent connects again for its next call). A request
+that came with bytes after it (pipelined) is answered, then the connection closed. Towards the
+platform the relay keeps connections too (each begun with the proof once), reused while younger
+than UPSTREAM_IDLE: each new one is a channel the login host's sshd opens back to the platform.
 
 Any user who can reach the port can also try to hold its connections. A request must arrive
 whole within REQUEST_WITHIN, however it trickles in; requests not read yet are capped per peer
@@ -33,13 +42,14 @@ on a family the relay left free.
 import errno
 import os
 import re
+import select
 import signal
 import socket
 import struct
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 AGENT_PATH = re.compile(r"^/agent/[A-Za-z0-9._~/-]*$")
 METHODS = ("GET", "POST")
@@ -63,8 +73,19 @@ SHED_REPORT_EVERY = 1.0
 # another user holding it (agents then retry, and the keeper starts another relay).
 BIND_PATIENCE = 10.0
 NO_IPV6 = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL)
-# Hop-by-hop headers (the relay decides how the connection ends: one request, then close), the
-# Host (the relay names the agents' server) and what only the platform's own proxy may say.
+# A client's connection waits this long for its next request: above the agents' heartbeat
+# interval (30 s unless a site sets it), so beats share one.
+KEEP_IDLE = 75.0
+MAX_REQUESTS_PER_CONNECTION = 1000
+# Kept connections waiting for their next request, per peer and in all (a thread each).
+MAX_KEPT_PER_PEER = 64
+MAX_KEPT = 1024
+# A kept connection to the forwarded port is reused while idle less than this: the agents'
+# server (uvicorn) closes one idle 5 s, and its close takes the way back over SSH to show here.
+UPSTREAM_IDLE = 2.0
+MAX_UPSTREAM_IDLE = 32
+# Hop-by-hop headers (the relay decides how each connection ends, on either side), the Host (the
+# relay names the agents' server) and what only the platform's own proxy may say.
 DROPPED_HEADERS = (
     "connection",
     "keep-alive",
@@ -79,10 +100,35 @@ DROPPED_HEADERS = (
 )
 
 
+# Of an answer, what the relay says itself: how the body is framed and how the connection ends.
+DROPPED_ANSWER_HEADERS = (b"connection", b"keep-alive", b"transfer-encoding", b"content-length")
+
+
 class Refusal(Exception):
     def __init__(self, status: int, reason: str, text: str) -> None:
         super().__init__(text)
         self.status, self.reason, self.text = status, reason, text
+
+
+class Stale(OSError):
+    """A kept connection to the forwarded port was closed before a byte of the answer came."""
+
+
+class Call(NamedTuple):
+    """An agent call read whole and checked: what to send on, and whether the agent's
+    connection may serve another one after it."""
+
+    request: bytes
+    keep: bool
+
+
+class Answer(NamedTuple):
+    """The platform's answer, its body read whole whatever its framing."""
+
+    status_line: bytes
+    headers: List[bytes]
+    body: bytes
+    reusable: bool  # the connection it came on can carry the next call
 
 
 def log(message: str) -> None:
@@ -131,7 +177,9 @@ def read_head(client: socket.socket, deadline: float) -> tuple:
 
 
 def checked_request(head: bytes, host: str) -> tuple:
-    """The request line and headers to send on, or Refusal when it is not an agent call."""
+    """The request line and headers to send on, the body's length, and whether the client asks
+    to keep its connection (HTTP/1.1 unless it says close); Refusal when it is not an agent
+    call."""
     try:
         lines = head.decode("ascii").split("\r\n")
     except UnicodeDecodeError:
@@ -146,6 +194,7 @@ def checked_request(head: bytes, host: str) -> tuple:
     headers = []
     length = 0
     signed = False
+    keep = version == "HTTP/1.1"
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
@@ -162,15 +211,18 @@ def checked_request(head: bytes, host: str) -> tuple:
                 raise Refusal(413, "Payload Too Large", "request body too large")
         if lowered == "authorization":
             signed = value.strip().startswith(SIGNED_SCHEME)
+        if lowered == "connection" and "close" in value.lower():
+            keep = False
         if lowered in DROPPED_HEADERS:
             continue
         headers.append(line)
     if method == "POST" and not signed:
         raise Refusal(401, "Unauthorized", "agent calls are signed")
-    request_line = "%s %s %s" % (method, target, version)
-    headers += ["Host: " + host, "Connection: close"]
+    # HTTP/1.1 upstream whatever the client spoke: the relay keeps that connection itself.
+    request_line = "%s %s HTTP/1.1" % (method, target)
+    headers += ["Host: " + host]
     out = "\r\n".join([request_line, *headers]) + "\r\n\r\n"
-    return out.encode("ascii"), length
+    return out.encode("ascii"), length, keep
 
 
 def read_body(client: socket.socket, already: bytes, length: int, deadline: float) -> bytes:
@@ -183,59 +235,209 @@ def read_body(client: socket.socket, already: bytes, length: int, deadline: floa
     return body
 
 
-def read_request(client: socket.socket, host: str, deadline: float) -> bytes:
-    """The whole agent call to send on (head and body), or Refusal."""
+def read_request(client: socket.socket, host: str, deadline: float) -> Call:
+    """The whole agent call to send on (head and body), or Refusal. Bytes after it (a request
+    pipelined behind it) are never read as a request: the connection closes after this one."""
     head, rest = read_head(client, deadline)
-    request, length = checked_request(head, host)
-    return request + read_body(client, rest, length, deadline)
+    request, length, keep = checked_request(head, host)
+    body = read_body(client, rest, length, deadline)
+    return Call(request + body, keep and len(rest) <= length)
 
 
-def pass_on(
-    client: socket.socket, request: bytes, forwarded_port: int, proof: bytes, shed: "Shedding"
-) -> None:
-    try:
-        upstream = socket.create_connection(("127.0.0.1", forwarded_port), timeout=IO_TIMEOUT)
-    except OSError as exc:
-        shed.note("unreachable", "cannot reach the forwarded port %d: %s" % (forwarded_port, exc))
-        answer(client, Refusal(502, "Bad Gateway", "the platform cannot be reached"))
-        return
-    try:
-        upstream.sendall(proof + b"\n" + request)
-        response = read_response(upstream)
-    except OSError:
-        response = b""
-    finally:
+class Upstream:
+    """Connections to the forwarded port, each begun with the proof, kept for later calls."""
+
+    def __init__(self, port: int, proof: bytes) -> None:
+        self.port = port
+        self.proof = proof
+        self.lock = threading.Lock()
+        self.idle: List[Tuple[socket.socket, float]] = []
+        self.opened = 0
+
+    def take(self) -> Tuple[socket.socket, bool]:
+        """A connection, and whether it is a kept one (which the platform may have closed)."""
+        with self.lock:
+            while self.idle:
+                upstream, since = self.idle.pop()
+                if time.monotonic() - since < UPSTREAM_IDLE and not readable(upstream):
+                    return upstream, True
+                upstream.close()
+            self.opened += 1
+        upstream = socket.create_connection(("127.0.0.1", self.port), timeout=IO_TIMEOUT)
+        try:
+            upstream.sendall(self.proof + b"\n")
+        except OSError:
+            upstream.close()
+            raise
+        return upstream, False
+
+    def give_back(self, upstream: socket.socket) -> None:
+        with self.lock:
+            if len(self.idle) < MAX_UPSTREAM_IDLE:
+                self.idle.append((upstream, time.monotonic()))
+                return
         upstream.close()
-    if not response:
+
+
+def readable(connection: socket.socket) -> bool:
+    """Whether bytes (or the end) wait on a connection nothing was asked on."""
+    try:
+        return bool(select.select([connection], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+def pass_on(client: socket.socket, call: Call, upstream: Upstream, shed: "Shedding") -> bool:
+    """Sends the call on and its answer back; whether the client's connection may be kept
+    (as the call asked and ``call.keep`` says, and the answer came whole)."""
+    for attempt in (1, 2):
+        try:
+            connection, kept = upstream.take()
+        except OSError as exc:
+            problem = "cannot reach the forwarded port %d: %s" % (upstream.port, exc)
+            shed.note("unreachable", problem)
+            answer(client, Refusal(502, "Bad Gateway", "the platform cannot be reached"))
+            return False
+        try:
+            connection.sendall(call.request)
+            response = read_response(connection)
+        except Stale:
+            connection.close()
+            if kept and attempt == 1:
+                # Closed while idle: the same bytes once more on a new connection. A signed
+                # call the platform took already is refused as a replay, never counted twice.
+                continue
+            response = None
+        except OSError:
+            connection.close()
+            response = None
+        break
+    if response is None:
         # The way back broke mid-answer (e.g. the SSH connection dropped): a clean 502 that the
         # agent retries, never half an answer.
         shed.note("cut off", "the platform's answer was cut off")
         answer(client, Refusal(502, "Bad Gateway", "the platform's answer was cut off"))
-        return
+        return False
+    if response.reusable:
+        upstream.give_back(connection)
+    else:
+        connection.close()
+    head = [response.status_line, *response.headers]
+    head.append(b"Content-Length: %d" % len(response.body))
+    head.append(b"Connection: keep-alive" if call.keep else b"Connection: close")
     try:
         client.settimeout(IO_TIMEOUT)
-        client.sendall(response)
+        client.sendall(b"\r\n".join(head) + b"\r\n\r\n" + response.body)
     except OSError:
-        pass
+        return False
+    return call.keep
 
 
-def read_response(upstream: socket.socket) -> bytes:
-    """The whole answer (the platform closes after it), or b"" when it came incomplete."""
-    data = b""
-    while len(data) <= MAX_RESPONSE:
-        chunk = upstream.recv(65536)
+class Received:
+    """What came on a connection to the forwarded port, read on demand up to MAX_RESPONSE."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self.connection = connection
+        self.data = b""
+        self.total = 0
+        self.ended = False
+
+    def more(self) -> bool:
+        if self.ended:
+            return False
+        try:
+            chunk = self.connection.recv(65536)
+        except socket.timeout:
+            raise  # the platform is slow, not gone: not sent again
+        except OSError:
+            if not self.total:
+                raise Stale("reset") from None
+            raise
         if not chunk:
-            break
-        data += chunk
-    head, sep, body = data.partition(b"\r\n\r\n")
-    if not sep or not head.startswith(b"HTTP/1.") or len(data) > MAX_RESPONSE:
-        return b""
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            if not value.strip().isdigit() or len(body) < int(value):
-                return b""
-    return data
+            self.ended = True
+            if not self.total:
+                raise Stale("closed")
+            return False
+        self.total += len(chunk)
+        if self.total > MAX_RESPONSE:
+            raise OSError("answer too large")
+        self.data += chunk
+        return True
+
+    def until(self, marker: bytes) -> bytes:
+        """The bytes before ``marker`` (taken off with it); OSError if it never comes."""
+        while marker not in self.data:
+            if not self.more():
+                raise OSError("answer cut off")
+        found, _, self.data = self.data.partition(marker)
+        return found
+
+    def exactly(self, size: int) -> bytes:
+        while len(self.data) < size:
+            if not self.more():
+                raise OSError("answer cut off")
+        found, self.data = self.data[:size], self.data[size:]
+        return found
+
+    def to_end(self) -> bytes:
+        while self.more():
+            pass
+        found, self.data = self.data, b""
+        return found
+
+
+def read_response(connection: socket.socket) -> Optional[Answer]:
+    """One whole answer (by its Content-Length, chunked, or up to the end), or None when it
+    came incomplete or malformed; Stale when nothing came at all."""
+    received = Received(connection)
+    try:
+        lines = received.until(b"\r\n\r\n").split(b"\r\n")
+        if not lines[0].startswith(b"HTTP/1.") or len(lines[0].split(b" ")) < 2:
+            return None
+        status = int(lines[0].split(b" ")[1])
+        headers, length, chunked, reusable = [], None, False, True
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            lowered, value = name.strip().lower(), value.strip()
+            if lowered == b"content-length":
+                if not value.isdigit():
+                    return None
+                length = int(value)
+            elif lowered == b"transfer-encoding":
+                chunked = value.lower() == b"chunked"
+                if not chunked:
+                    return None
+            elif lowered == b"connection" and b"close" in value.lower():
+                reusable = False
+            if lowered not in DROPPED_ANSWER_HEADERS:
+                headers.append(line)
+        if status < 200 or status in (204, 304):
+            body = b""
+        elif chunked:
+            body = read_chunks(received)
+        elif length is not None:
+            body = received.exactly(length)
+        else:
+            body, reusable = received.to_end(), False
+    except Stale:
+        raise
+    except (OSError, ValueError):
+        return None
+    # Bytes after the answer nobody asked for: that connection is not to be trusted again.
+    return Answer(lines[0], headers, body, reusable and not received.data and not received.ended)
+
+
+def read_chunks(received: Received) -> bytes:
+    body = b""
+    while True:
+        size = int(received.until(b"\r\n").split(b";")[0].strip(), 16)
+        if not size:
+            while received.until(b"\r\n"):  # trailers, up to the blank line
+                pass
+            return body
+        body += received.exactly(size)
+        if received.exactly(2) != b"\r\n":
+            raise ValueError("malformed chunk")
 
 
 def proc_net_address(family: int, address: tuple) -> bytes:
@@ -331,6 +533,44 @@ class Slots:
         self.evicted()
 
 
+class Kept:
+    """Connections waiting for their next request, capped per peer and in all. Never evicting:
+    a connection that finds no room is closed after its answer, as every one was before."""
+
+    def __init__(self, per_peer: int, total: int) -> None:
+        self.per_peer = per_peer
+        self.total = total
+        self.lock = threading.Lock()
+        self.held: Dict[str, int] = {}
+        self.count = 0
+
+    def take(self, peer: str) -> bool:
+        with self.lock:
+            if self.count >= self.total or self.held.get(peer, 0) >= self.per_peer:
+                return False
+            self.held[peer] = self.held.get(peer, 0) + 1
+            self.count += 1
+            return True
+
+    def give_back(self, peer: str) -> None:
+        with self.lock:
+            self.count -= 1
+            self.held[peer] -= 1
+            if not self.held[peer]:
+                del self.held[peer]
+
+
+def next_request_comes(client: socket.socket) -> bool:
+    """Whether a kept connection's next request begins within KEEP_IDLE (not its end)."""
+    try:
+        if not select.select([client], [], [], KEEP_IDLE)[0]:
+            return False
+        client.settimeout(IO_TIMEOUT)
+        return bool(client.recv(1, socket.MSG_PEEK))
+    except (OSError, ValueError):
+        return False
+
+
 class Shedding:
     """Agent calls the relay could not pass, reported on stderr for its keeper: a call shed may
     have been an agent's, so its silence is not the node's."""
@@ -367,11 +607,11 @@ class Relay:
     """What every listening socket of the relay shares: where calls go, and the slots."""
 
     def __init__(self, forwarded_port: int, host: str, proof: bytes) -> None:
-        self.forwarded_port = forwarded_port
         self.host = host
-        self.proof = proof
+        self.upstream = Upstream(forwarded_port, proof)
         self.shed = Shedding()
         self.unread = Slots(MAX_UNREAD_PER_PEER, MAX_UNREAD, lambda: self.shed.note("evicted"))
+        self.kept = Kept(MAX_KEPT_PER_PEER, MAX_KEPT)
         self.passing = threading.BoundedSemaphore(MAX_PASSING)
 
     def serve(self, server: socket.socket) -> None:
@@ -390,28 +630,47 @@ class Relay:
     def handle(self, client: socket.socket) -> None:
         try:
             peer = peer_of(client)
-            self.unread.take(peer, client)
-            try:
-                request = read_request(client, self.host, time.monotonic() + REQUEST_WITHIN)
-            except Refusal as refusal:
-                if self.unread.give_back(peer, client):
-                    answer(client, refusal)
-                return
-            except OSError:
-                self.unread.give_back(peer, client)
-                return
-            if not self.unread.give_back(peer, client):
-                return
-            if not self.passing.acquire(blocking=False):
-                self.shed.note("refused", "all %d slots for calls being passed on" % MAX_PASSING)
-                answer(client, Refusal(503, "Service Unavailable", "too many connections"))
-                return
-            try:
-                pass_on(client, request, self.forwarded_port, self.proof, self.shed)
-            finally:
-                self.passing.release()
+            for served in range(1, MAX_REQUESTS_PER_CONNECTION + 1):
+                call = self.read_call(client, peer)
+                if call is None:
+                    return
+                keep = call.keep and served < MAX_REQUESTS_PER_CONNECTION and self.kept.take(peer)
+                try:
+                    if not self.pass_call(client, call._replace(keep=keep)):
+                        return
+                    if not next_request_comes(client):
+                        return
+                finally:
+                    if keep:
+                        self.kept.give_back(peer)
         finally:
             client.close()
+
+    def read_call(self, client: socket.socket, peer: str) -> Optional[Call]:
+        """The connection's next call, read within REQUEST_WITHIN in a slot of the unread, or
+        None when there is none (refused, made to give way, or gone)."""
+        self.unread.take(peer, client)
+        try:
+            call = read_request(client, self.host, time.monotonic() + REQUEST_WITHIN)
+        except Refusal as refusal:
+            if self.unread.give_back(peer, client):
+                answer(client, refusal)
+            return None
+        except OSError:
+            self.unread.give_back(peer, client)
+            return None
+        return call if self.unread.give_back(peer, client) else None
+
+    def pass_call(self, client: socket.socket, call: Call) -> bool:
+        """Passes the call in a slot of its own; whether the connection is kept after it."""
+        if not self.passing.acquire(blocking=False):
+            self.shed.note("refused", "all %d slots for calls being passed on" % MAX_PASSING)
+            answer(client, Refusal(503, "Service Unavailable", "too many connections"))
+            return False
+        try:
+            return pass_on(client, call, self.upstream, self.shed)
+        finally:
+            self.passing.release()
 
 
 def pidfile_for(tag: str) -> str:
