@@ -3,7 +3,7 @@
 Standard-library Python 3.6+, sent by the platform on stdin: the password's line, this
 launcher's source, a NUL, then the source of the session kind's starter
 (``node/starters/<kind>.py``):
-    python3 -c BOOTSTRAP KIND --activate-session ID [--OPTION VALUE ...]
+    python3 -c BOOTSTRAP KIND --activate-session ID [--OPTION VALUE ...] [--folder FOLDER]
 (the password is never in argv, which other users may read). The starter has the kind's
 program listen on Unix sockets in a private (0700) folder of the owner's, so no other user of
 the node can reach it. The one TCP port is this launcher's gate: a connection gets through to
@@ -123,6 +123,20 @@ class Launcher:
         self.routes = {}  # type: Dict[str, str]
         # The starter's own source, for one that runs part of itself as a script of its own.
         self.starter_source = ""
+        # The folder the session opens in (its programs start there): the owner's home unless
+        # the platform says --folder.
+        self.folder = os.path.expanduser("~")
+
+    def enter(self, folder: str) -> None:
+        """Go to the folder the session was asked to open in ("~" is the home), or fail
+        saying why (the OS decides whether the owner may)."""
+        if folder == "~" or folder.startswith("~/"):
+            folder = os.path.expanduser("~") + folder[1:]
+        try:
+            os.chdir(folder)
+        except OSError as exc:
+            self.fail("cannot open the folder %s: %s" % (folder, exc.strerror or exc))
+        self.folder = os.getcwd()
 
     answers = staticmethod(answers)
     find = staticmethod(find)
@@ -443,6 +457,8 @@ def main() -> None:
         if not source:
             launcher.fail("no starter came for session type %r" % kind)
         launcher.starter_source = source
+        if options.get("--folder"):
+            launcher.enter(options["--folder"])
         load_starter(kind, source)(launcher, secret, options)
         for path in launcher.routes.values():
             launcher.wait_for(path, kind)

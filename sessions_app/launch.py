@@ -67,6 +67,8 @@ def _launcher_argv(session: Session) -> list[str]:
     ]
     for option, value in kinds.get(session.session_type).starter_options(session).items():
         argv += [option, value]
+    if session.folder:
+        argv += ["--folder", session.folder]  # the launcher goes there before its starter
     return argv
 
 

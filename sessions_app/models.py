@@ -31,6 +31,8 @@ class Session(IdlePolicy):
     session_type = models.CharField(max_length=32, choices=kinds.choices)
     # What the owner gave an operator's app's fields (checked against them; defaults filled).
     values = models.JSONField(default=dict, blank=True)
+    # The folder on the cluster its program opens in ("": the owner's home).
+    folder = models.CharField(max_length=4096, blank=True)
     worker = models.ForeignKey(
         "workers_app.Worker", on_delete=models.CASCADE, related_name="sessions"
     )

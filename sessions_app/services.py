@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.errors import ParameterError
+from core.folders import checked_folder
 from core.statemachine import enqueue_on_commit
 from core.transport.errors import SSHError
 from schedulers.base import QueryFailed, SchedulerError
@@ -63,6 +64,7 @@ def create_session(
     name: str = "",
     idle_minutes: float | None = None,
     values: Mapping[str, object] | None = None,
+    folder: str = "",
 ) -> Session:
     """A session on an environment (a dedicated worker is requested for it) or on a connected
     worker of the owner's. Raises ParameterError naming the offending field."""
@@ -74,6 +76,7 @@ def create_session(
         offered = ", ".join(k.name for k in kinds.seen_by(owner))
         raise ParameterError("type", f"must be one of {offered}")
     checked_values = kind.checked_values(values or {})
+    folder = checked_folder(folder)
     name = name.strip() or default_name(session_type)
     if not NAME.fullmatch(name):
         raise ParameterError("name", "must be 1 to 64 letters, digits or underscores")
@@ -124,6 +127,7 @@ def create_session(
             dedicated_worker=dedicated,
             idle_minutes=idle_minutes or None,
             values=checked_values,
+            folder=folder,
         )
         session.set_secret(secrets.token_urlsafe(24)[: kind.secret_length])
         session.save()
@@ -141,6 +145,7 @@ def create_again(session: Session) -> Session:
         "session_type": session.session_type,
         "cluster": worker.cluster.name,
         "values": session.values,
+        "folder": session.folder,
     }
     asked["idle_minutes"] = session.idle_minutes or 0
     if not session.dedicated_worker:

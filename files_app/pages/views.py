@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
@@ -25,7 +26,11 @@ from core.transport.errors import CommandTimeout, SSHError
 from core.transport.sftp import FileError, NoSuchFile, PermissionDenied
 from files_app import paths, services
 from files_app.pages import rows
-from workers_app.models import Cluster
+from workers_app.models import Cluster, Worker
+from workers_app.statuses import WorkerStatus
+
+# Terminals offered in a folder, one per connected worker on its cluster, at most.
+MAX_TERMINAL_OPENERS = 5
 
 
 def _user(request: HttpRequest) -> User:
@@ -83,6 +88,38 @@ def _folder(user: User, cluster: Cluster, asked: bytes) -> Folder:
     return folder
 
 
+@dataclass(frozen=True)
+class Opener:
+    """Somewhere the folder shown can be opened: a terminal on a worker, or a session."""
+
+    label: str
+    url: str
+
+
+def _openers(user: User, cluster: Cluster, here: bytes) -> list[Opener]:
+    """A terminal in the folder on each of the user's connected workers there, and a session
+    launched in it; none for a name that is no UTF-8 (a terminal or session takes text)."""
+    try:
+        folder = here.decode("utf-8")
+    except UnicodeDecodeError:
+        return []
+    workers = Worker.objects.visible_to(user).filter(
+        owner=user, cluster=cluster, status=WorkerStatus.CONNECTED
+    )
+    openers = [
+        Opener(
+            f"Terminal on {worker.name}",
+            reverse("pages:worker-terminal", args=[worker.public_id])
+            + "?"
+            + urlencode({"cwd": folder}),
+        )
+        for worker in workers.order_by("name")[:MAX_TERMINAL_OPENERS]
+    ]
+    query = urlencode({"cluster": cluster.name, "folder": folder})
+    openers.append(Opener("Session…", f"{reverse('sessions:sessions')}?{query}#launch-title"))
+    return openers
+
+
 def _context(request: HttpRequest, cluster: Cluster, folder: Folder) -> dict[str, Any]:
     page_url = reverse("files_pages:files", args=[cluster.name])
     stream_url = f"/files/{cluster.name}/"
@@ -101,6 +138,7 @@ def _context(request: HttpRequest, cluster: Cluster, folder: Folder) -> dict[str
         if listing and listing["parent_b64"]
         else "",
         "rows": entries,
+        "openers": _openers(_user(request), cluster, here) if listing else [],
         "hidden_count": sum(1 for row in entries if row.hidden),
         "page_url": page_url,
         "api_url": reverse("files-list", args=[cluster.name]),

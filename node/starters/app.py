@@ -8,7 +8,9 @@ from a command template (options: --spec-b64, URL-safe base64 of its JSON)::
 Each argument of the command and each environment value is a template, filled in by itself
 (never by a shell): {socket} (reach unix: the Unix socket in the private folder it listens
 on), {port} (reach tcp: the port it listens on in a network of its own), {base_url},
-{base_path} (the same without its last "/"), {home}, {workdir} (the private folder),
+{base_path} (the same without its last "/"), {home}, {cwd} (the folder the session opens
+in, where the program starts: the home unless the platform said --folder), {workdir} (the
+private folder),
 {secret_file} (a 0600 file there holding the session's password), the fields' names (their
 values as given: a value is never read as a template itself; a leading "~" is the home
 folder), and {secret}, in environment values only (a command line is readable by every user
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
 
 REACHES = ("unix", "tcp")
 START_TIMEOUT = 60
-PLACEHOLDERS = ("socket", "port", "base_url", "base_path", "home", "workdir", "secret_file")
+PLACEHOLDERS = ("socket", "port", "base_url", "base_path", "home", "cwd", "workdir", "secret_file")
 SECRET = "secret"  # noqa: S105 - the placeholder's name
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # What of the program's output a failure shows: the platform keeps 512 characters of a reason.
@@ -288,6 +290,7 @@ def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
         "base_url": spec["base_url"],
         "base_path": spec["base_url"].rstrip("/"),
         "home": home,
+        "cwd": launcher.folder,
         "workdir": launcher.workdir,
         "secret_file": os.path.join(launcher.workdir, SECRET_FILE),
     }
@@ -329,7 +332,7 @@ def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
                 "of the node" % (name, refused)
             )
         argv = [sys.executable, helper, "--private-network", route, str(port), "--", *argv]
-    program = launcher.start(argv, env=env, cwd=home, stdout=log, stderr=log)
+    program = launcher.start(argv, env=env, cwd=launcher.folder, stdout=log, stderr=log)
     wait_until_listening(launcher, program, route, spec, log_path, secret)
 
 

@@ -122,6 +122,6 @@ def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
             [terminal, "-geometry", "120x40+20+20"],
             vital=False,
             env=env,
-            cwd=os.path.expanduser("~"),
+            cwd=launcher.folder,
         )
     serve_novnc(launcher, novnc)

@@ -1,6 +1,7 @@
 """JupyterLab: Jupyter Server on a Unix socket in the session's private folder, under the
 session's base URL, its token (the session's password) in its environment, opened on the
-owner's home folder (options: --jupyter-lab PATH, --base-url /s/<id>/).
+session's folder, the owner's home unless told (options: --jupyter-lab PATH, --base-url
+/s/<id>/).
 
 Its kernels talk to it over ZMQ's ipc transport, not TCP: a kernel's IOPub is a PUB socket
 that gives every cell's output to whoever subscribes, and on 127.0.0.1 that is any user of
@@ -20,7 +21,6 @@ def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
     program = launcher.find(jupyter_lab)
     if not program:
         launcher.fail("JupyterLab is not installed on the node (%s)" % jupyter_lab)
-    home = os.path.expanduser("~")
     # Read by Jupyter Server as its token: never in argv, which other users may read. Its
     # runtime folder is named only in the environment (ServerApp.runtime_dir is no option).
     env = dict(os.environ, JUPYTER_TOKEN=secret, JUPYTER_RUNTIME_DIR=launcher.workdir)
@@ -31,7 +31,7 @@ def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
             "--ServerApp.sock=%s" % launcher.route("http"),
             "--ServerApp.sock_mode=0600",
             "--ServerApp.base_url=%s" % options.get("--base-url", "/"),
-            "--ServerApp.root_dir=%s" % home,
+            "--ServerApp.root_dir=%s" % launcher.folder,
             # The browser's Host is the platform's address, not this node's.
             "--ServerApp.allow_remote_access=True",
             "--ServerApp.password=",
@@ -41,5 +41,5 @@ def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ],
         env=env,
-        cwd=home,
+        cwd=launcher.folder,
     )

@@ -39,7 +39,7 @@ def start(launcher: "Launcher", secret: str, options: Dict[str, str]) -> None:
             os.path.join(data, "data"),
             "--extensions-dir",
             os.path.join(data, "extensions"),
-            os.path.expanduser("~"),
+            launcher.folder,
         ],
         env=env,
     )

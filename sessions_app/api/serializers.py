@@ -21,6 +21,9 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
         read_only=True,
         help_text="What was given the type's fields (defaults filled in).",
     )
+    folder = serializers.CharField(
+        read_only=True, help_text="The folder on the cluster it opened in (empty: your home)."
+    )
     status = serializers.ChoiceField(choices=SessionStatus.choices, read_only=True)
     reason = serializers.CharField(source="status_reason", read_only=True)
     cluster = serializers.CharField(source="worker.cluster.name", read_only=True)
@@ -40,6 +43,7 @@ class SessionSerializer(serializers.ModelSerializer[Session]):
             "name",
             "type",
             "values",
+            "folder",
             "status",
             "reason",
             "cluster",
@@ -106,6 +110,15 @@ class SessionCreateSerializer(serializers.Serializer[None]):
         help_text="Or run on this connected worker of yours.",
     )
     params = ParamsField(required=False, default=dict)
+    folder = serializers.CharField(
+        max_length=4096,
+        required=False,
+        default="",
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text='The folder on the cluster its program opens in: absolute, or "~/..." in '
+        "your home (the default). The cluster says whether you may.",
+    )
     idle_minutes = serializers.FloatField(
         required=False,
         allow_null=True,

@@ -101,6 +101,7 @@ class SessionViewSet(
             name=data["name"],
             idle_minutes=data["idle_minutes"],
             values=data["values"],
+            folder=data["folder"],
         )
         session = services.sessions_visible_to(_user(request)).get(pk=session.pk)
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)

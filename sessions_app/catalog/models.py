@@ -43,7 +43,7 @@ class App(models.Model):
     command = models.JSONField(
         default=list,
         help_text='The program and its arguments, a JSON list of templates, e.g. ["tensorboard", '
-        '"--port", "{port}"]. Placeholders: {socket} {port} {base_url} {base_path} {home} '
+        '"--port", "{port}"]. Placeholders: {socket} {port} {base_url} {base_path} {home} {cwd} '
         "{workdir} {secret_file} and the fields' names; never {secret} (a command line is "
         "public).",
     )

@@ -11,7 +11,16 @@ from typing import Any
 from sessions_app.catalog.models import App
 
 # What the node's starter fills into the command and environment, besides the fields' values.
-NODE_PLACEHOLDERS = ("socket", "port", "base_url", "base_path", "home", "workdir", "secret_file")
+NODE_PLACEHOLDERS = (
+    "socket",
+    "port",
+    "base_url",
+    "base_path",
+    "home",
+    "cwd",
+    "workdir",
+    "secret_file",
+)
 # The program's password: only where nobody else can read it (its environment, the login).
 SECRET = "secret"  # noqa: S105 - the placeholder's name, not a password
 

@@ -87,6 +87,16 @@ def target_groups(user: User, launchable: list[SessionKind] | None = None) -> li
     return groups
 
 
+def _target_on(groups: list[TargetGroup], cluster: str) -> str:
+    """The target chosen first for a cluster: a connected worker (no wait), else its first
+    environment."""
+    for group in groups:
+        if group.cluster.name == cluster and group.choices:
+            workers = [c for c in group.choices if c.value.startswith("worker:")]
+            return (workers or group.choices)[0].value
+    return ""
+
+
 def _find(user: User, public_id: str) -> Session:
     session = services.find_session(user, public_id)
     if session is None:
@@ -99,12 +109,16 @@ def _find(user: User, public_id: str) -> Session:
 def sessions(request: HttpRequest) -> HttpResponse:
     user = _user(request)
     launchable = kinds.seen_by(user)
+    groups = target_groups(user, launchable)
     return render(
         request,
         "sessions_app/list.html",
         {
             "sessions": services.sessions_visible_to(user).order_by("-created_at")[:LIST_SIZE],
-            "groups": target_groups(user, launchable),
+            "groups": groups,
+            # Launched from a folder of the Files page: that folder, on its cluster.
+            "folder": request.GET.get("folder", "")[:4096],
+            "target": _target_on(groups, request.GET.get("cluster", "")),
             "workers": _connected_workers(user),
             "kinds": launchable,
             # Quick Launch offers what needs no values and runs anywhere.
@@ -146,6 +160,7 @@ def launch(request: HttpRequest) -> HttpResponse:
             worker_id=name if kind == "worker" else "",
             name=request.POST.get("name", ""),
             values=values,
+            folder=request.POST.get("folder", ""),
         )
     except ParameterError as exc:
         messages.error(request, f"{exc.field.capitalize()}: {exc.message}")

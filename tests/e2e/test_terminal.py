@@ -223,12 +223,15 @@ def test_terminals_are_capped_per_user_and_closed_when_idle(
     assert TerminalRecord.objects.filter(user=user).count() == 3
 
 
-def pw_ssh_keep(env: dict[str, str], worker: Worker, *lines: bytes, until: bytes) -> str:
+def pw_ssh_keep(
+    env: dict[str, str], worker: Worker, *lines: bytes, until: bytes, cwd: str = ""
+) -> str:
     """`pw ssh --keep work` in a pty of its own: type ``lines``, read until ``until``, then drop
     the connection (pw killed, as a lost network or a closed laptop would)."""
+    argv = [str(PW), "ssh", "--keep", "work", *(["--cwd", cwd] if cwd else []), worker.public_id]
     pid, fd = pty.fork()
     if pid == 0:
-        os.execve(str(PW), [str(PW), "ssh", "--keep", "work", worker.public_id], env)  # noqa: S606
+        os.execve(str(PW), argv, env)  # noqa: S606
     try:
         for line in lines:
             os.write(fd, line)
@@ -257,11 +260,81 @@ def test_a_kept_terminal_is_reattached_after_its_connection_drops(
     records = TerminalRecord.objects.filter(worker_public_id=alice_worker.public_id)
     assert list(records.values_list("keep", flat=True)) == ["work", "work"]
 
+    # Opened again in a folder (Files' "Terminal here"): a window of its own there, beside the
+    # shell that was kept, which is still there.
+    folder = owners_folder("kept in here")
+    wait_for(lambda: not TerminalRecord.objects.filter(closed_at__isnull=True).exists(), timeout=30)
+    try:
+        typed = b"echo at-$(pwd)-$KEPT-end\n"
+        seen = pw_ssh_keep(
+            env, alice_worker, typed, until=f"at-{folder}--end".encode(), cwd=str(folder)
+        )
+        assert f"at-{folder}--end" in seen  # a new shell (KEPT unset), in the folder
+        wait_for(
+            lambda: not TerminalRecord.objects.filter(closed_at__isnull=True).exists(),
+            timeout=30,
+        )
+        typed = b"echo windows-$(tmux list-windows | wc -l)-w\n"
+        pw_ssh_keep(env, alice_worker, typed, until=b"windows-2-w")
+    finally:
+        subprocess.run(["rm", "-rf", "--", str(folder)], check=True)
+
     # When the job ends, so does the tmux server that kept it, with its shells.
     pw = pw_runner(terminal_platform, user, tmp_path / "kept")
     ended = pw("workers", "delete", "--wait", alice_worker.public_id)
     assert ended.returncode == 0, ended.stderr
     wait_for(lambda: not processes_naming(f"activate-{alice_worker.public_id}"), timeout=30)
+
+
+def owners_folder(name: str) -> Path:
+    """A folder in pwalice's home on the node (this machine), made and owned by her."""
+    folder = Path("/home/pwalice") / f"{name} {time.monotonic_ns()}"
+    subprocess.run(["runuser", "-u", "pwalice", "--", "mkdir", "--", str(folder)], check=True)
+    return folder
+
+
+def test_pw_ssh_in_a_folder_runs_there_whatever_its_name_holds_and_a_missing_one_is_said(
+    terminal_platform: Platform, alice_worker: Worker, user: User, tmp_path: Path
+) -> None:
+    env = pw_env(terminal_platform, user, tmp_path / "cwd")
+    folder = owners_folder('it\'s $(touch ran); a "folder"')
+    try:
+        done = subprocess.run(
+            [str(PW), "ssh", "--cwd", str(folder), alice_worker.public_id, "--", "pwd"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stdout) == (0, f"{folder}\n"), done.stderr
+        home = subprocess.run(
+            [str(PW), "ssh", "--cwd", "~", alice_worker.public_id, "--", "pwd"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert home.stdout == "/home/pwalice\n", home.stderr
+        assert not list(Path("/home/pwalice").glob("ran"))
+        gone = subprocess.run(
+            [str(PW), "ssh", "--cwd", "/no/such/place", alice_worker.public_id, "--", "pwd"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert gone.returncode == 1 and gone.stdout == ""
+        assert "activate: cannot open the folder /no/such/place" in gone.stderr
+        bad = subprocess.run(
+            [str(PW), "ssh", "--cwd", "relative", alice_worker.public_id, "--", "pwd"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert bad.returncode != 0 and "cwd must be absolute" in bad.stderr, bad.stderr
+    finally:
+        subprocess.run(["rm", "-rf", "--", str(folder)], check=True)
 
 
 def processes_naming(text: str) -> list[int]:

@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import base64
 import os
+import re
+from html import escape, unescape
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from files_app.models import FileRoot
+from tests.factories import WorkerFactory
 from tests.files import places
 from tests.files.places import CLUSTER, owned_by
 from workers_app.models import Cluster
+from workers_app.statuses import WorkerStatus
 
 pytestmark = [pytest.mark.slurm]
 PAGE = f"/clusters/{CLUSTER}/files/"
@@ -154,3 +159,38 @@ def test_files_in_the_nav_offers_each_cluster_when_there_are_several(
     assert index.status_code == 200
     assert 'href="/clusters/campus/files/">campus</a>' in html
     assert f'href="{PAGE}">{CLUSTER}</a>' in html
+
+
+def test_a_folder_opens_in_a_terminal_on_each_connected_worker_there_or_in_a_session(
+    people: dict[str, User], workspace: Path
+) -> None:
+    cluster = Cluster.objects.get(name=CLUSTER)
+    mine = WorkerFactory(owner=people["alice"], cluster=cluster, status=WorkerStatus.CONNECTED)
+    WorkerFactory(owner=people["alice"], cluster=cluster, status=WorkerStatus.QUEUED)
+    WorkerFactory(owner=people["bob"], cluster=cluster, status=WorkerStatus.CONNECTED)
+    odd = workspace / "a b & 'c'"
+    odd.mkdir()
+    owned_by(odd)
+
+    html = logged_in(people["alice"]).get(PAGE, {"path_b64": b64(os.fsencode(odd))})
+    links = re.findall(r'<a class="chip" href="([^"]+)"[^>]*>([^<]+)</a>', html.content.decode())
+
+    openers = [
+        (unescape(url), label) for url, label in links if "Terminal" in label or "…" in label
+    ]
+    folder = quote_plus(str(odd))
+    assert openers == [
+        (f"/workers/{mine.public_id}/terminal/?cwd={folder}", f"Terminal on {mine.name}"),
+        (f"/sessions/?cluster={CLUSTER}&folder={folder}#launch-title", "Session…"),
+    ]
+    terminal = logged_in(people["alice"]).get(openers[0][0])
+    assert f'data-cwd="{escape(str(odd))}"' in terminal.content.decode()
+    refused = logged_in(people["alice"]).get(f"/workers/{mine.public_id}/terminal/?cwd=rel")
+    assert refused.status_code == 400 and b"must be absolute" in refused.content
+    assert logged_in(people["bob"]).get(openers[0][0]).status_code == 404
+    # A name that is no UTF-8 cannot be a terminal's or a session's folder: nothing offered.
+    raw = os.fsencode(workspace) + b"/caf\xe9"
+    os.mkdir(raw)
+    owned_by(Path(os.fsdecode(raw)))
+    html = logged_in(people["alice"]).get(PAGE, {"path_b64": b64(raw)}).content.decode()
+    assert "Open here" not in html and "data-readable" in html

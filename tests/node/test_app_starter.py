@@ -44,6 +44,7 @@ class StandInLauncher:
         self.routes: dict[str, str] = {}
         self.started: list[tuple[list[str], dict[str, Any]]] = []
         self.starter_source = starter_source("app")
+        self.folder = os.path.join(HOME, "a folder")
 
     def route(self, name: str) -> str:
         self.routes[name] = os.path.join(self.workdir, name + ".sock")
@@ -117,6 +118,7 @@ def test_each_token_is_filled_by_itself_and_a_value_reaches_the_program_as_it_is
             "x{{literal}}y",
             "{workdir}/f",
             "{home}",
+            "{cwd}",
             "{port}",
         ],
         values={"meta": meta},
@@ -130,10 +132,11 @@ def test_each_token_is_filled_by_itself_and_a_value_reaches_the_program_as_it_is
         "x{literal}y",
         f"{launcher.workdir}/f",
         HOME,
+        launcher.folder,
         port,
     ]
     assert 20000 <= int(port) < 32768
-    assert kwargs["cwd"] == HOME
+    assert kwargs["cwd"] == launcher.folder  # the session's folder, where it was asked to open
 
 
 def test_the_password_goes_in_env_only_and_never_on_a_command_line(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ API's refusals, and the proxy refusing another user's session before any tunnel 
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +16,7 @@ from rest_framework.test import APIClient
 
 from activate.asgi import application
 from core.transport.errors import SSHError
-from sessions_app import lifecycle, services
+from sessions_app import launch, lifecycle, services
 from sessions_app.models import Session, SessionEvent
 from sessions_app.proxy.target import cookie_header
 from sessions_app.statuses import FINISHED, TRANSITIONS, SessionStatus, can_transition
@@ -274,3 +275,38 @@ def test_launch_again_from_an_ended_sessions_page_starts_one_like_it(
     refused = client.post(f"/sessions/{ended.public_id}/again/", follow=True).content.decode()
     assert "cannot be launched again" in refused and "not connected" in refused
     assert Session.objects.count() == 2
+
+
+def test_a_session_opens_in_the_folder_asked_through_the_api_the_page_and_again(
+    user: Any, client: Any
+) -> None:
+    worker = connected_worker(user)
+    where = {"type": "desktop", "cluster": worker.cluster.name, "worker": worker.public_id}
+    for folder, said in (("data", "must be absolute"), ("/a\x00b", "Null characters")):
+        refused = api(user).post("/api/sessions/", {**where, "folder": folder}, format="json")
+        assert refused.status_code == 400, refused.json()
+        assert said in str(refused.json())
+    assert not Session.objects.exists()
+    folder = "~/runs/it's $(here)"
+    made = api(user).post("/api/sessions/", {**where, "folder": folder}, format="json").json()
+    assert made["folder"] == folder
+    session = Session.objects.get(public_id=made["id"])
+    argv = launch._launcher_argv(session)
+    assert argv[-2:] == ["--folder", folder]  # one argument, read by no shell
+    assert "--folder" not in launch._launcher_argv(session_on(worker))
+    again = services.create_again(session)
+    assert again.folder == folder
+    client.force_login(user)
+    page = client.get("/sessions/", {"cluster": worker.cluster.name, "folder": "/scratch/x"})
+    text = page.content.decode()
+    assert 'value="/scratch/x"' in text
+    chosen = re.search(r'<option value="([^"]+)" data-kinds="[^"]*" selected>', text)
+    assert chosen is not None and chosen[1] == f"worker:{worker.cluster.name}/{worker.public_id}"
+    target = f"worker:{worker.cluster.name}/{worker.public_id}"
+    posted = client.post(
+        "/sessions/new/", {"type": "desktop", "target": target, "folder": "/scratch/x"}
+    )
+    launched = Session.objects.order_by("-pk").first()
+    assert posted.status_code == 302 and launched is not None and launched.folder == "/scratch/x"
+    details = client.get(f"/sessions/{launched.public_id}/").content.decode()
+    assert "<dt>Folder</dt><dd><code>/scratch/x</code>" in details

@@ -17,13 +17,14 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.errors import ParameterError
+from core.folders import checked_folder
 from core.pages import is_htmx, login_required_page, navigate
 from identity.unix_names import site_name_of, unix_name_on
 from workers_app import idle
@@ -268,7 +269,12 @@ def worker_terminal(request: HttpRequest, public_id: str) -> HttpResponse:
     keep = request.GET.get("keep", "main")
     if not KEEP_NAME.fullmatch(keep):
         raise Http404("no such kept terminal")
-    return render(request, "workers_app/workers/terminal.html", {"worker": worker, "keep": keep})
+    try:
+        cwd = checked_folder(request.GET.get("cwd", ""), "cwd")
+    except ParameterError as exc:
+        return HttpResponseBadRequest(f"The folder to open in {exc.message}.")
+    context = {"worker": worker, "keep": keep, "cwd": cwd}
+    return render(request, "workers_app/workers/terminal.html", context)
 
 
 # Clusters and the user's accounts on them

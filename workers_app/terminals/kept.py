@@ -24,9 +24,13 @@ SERVER_START = (
     'tmux -L activate-$ACTIVATE_WORKER_ID kill-server" >/dev/null 2>&1 || true'
 )
 
-# sh -c KEPT_TERMINAL activate-terminal NAME WORKER_ID
+# sh -c KEPT_TERMINAL activate-terminal NAME WORKER_ID [here]: with "here", a kept terminal
+# that already runs gets a window of its own in the folder the step runs in.
 KEPT_TERMINAL = (
-    'if command -v tmux >/dev/null 2>&1; then exec tmux -L "activate-$2" new-session -A -s "$1"; '
+    "if command -v tmux >/dev/null 2>&1; then "
+    'if [ -n "$3" ] && tmux -L "activate-$2" has-session -t "=$1" 2>/dev/null; then '
+    'tmux -L "activate-$2" new-window -t "=$1:" -c "$PWD"; fi; '
+    'exec tmux -L "activate-$2" new-session -A -s "$1"; '
     "fi; "
     'echo "activate: no tmux on this node: this terminal ends with its connection" >&2; '
     'exec "${SHELL:-/bin/sh}" -l'

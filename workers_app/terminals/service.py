@@ -15,6 +15,8 @@ from django.db import transaction
 from django.utils import timezone
 from redis import RedisError
 
+from core.errors import ParameterError
+from core.folders import checked_folder, in_folder
 from core.redis_connection import redis_client
 from core.transport.errors import SSHError
 from core.transport.streams import PtySize, Stream
@@ -57,12 +59,17 @@ class StartRequest:
     client: str
     # A terminal kept on the node under this name (tmux), reattached by the next with it.
     keep: str = ""
+    # The folder it opens in ("": the login's own, the home).
+    cwd: str = ""
 
     def command(self, worker_id: str) -> list[str]:
-        """What runs in the job: the argv, or for a kept terminal the step that attaches it."""
-        if not self.keep:
-            return self.argv
-        return ["sh", "-c", KEPT_TERMINAL, "activate-terminal", self.keep, worker_id]
+        """What runs in the job: the argv, or for a kept terminal the step that attaches it
+        (with a folder, in a window of its own there if the kept terminal already runs)."""
+        argv = self.argv
+        if self.keep:
+            argv = ["sh", "-c", KEPT_TERMINAL, "activate-terminal", self.keep, worker_id]
+            argv += ["here"] if self.cwd else []
+        return in_folder(self.cwd, argv)
 
 
 def _size(value: Any, name: str) -> int:
@@ -98,6 +105,10 @@ def parse_start(text: str) -> StartRequest:
     if keep and (argv or not pty):
         raise TerminalRefused(BAD_REQUEST, "keep is for an interactive shell (a pty, no command)")
     client = message.get("client", "")
+    try:
+        cwd = checked_folder(message.get("cwd", ""), "cwd")
+    except ParameterError as exc:
+        raise TerminalRefused(BAD_REQUEST, f"cwd {exc.message}") from None
     return StartRequest(
         argv=argv,
         pty=pty,
@@ -105,6 +116,7 @@ def parse_start(text: str) -> StartRequest:
         rows=_size(message.get("rows", 24), "rows"),
         client=client[:32] if isinstance(client, str) else "",
         keep=keep,
+        cwd=cwd,
     )
 
 

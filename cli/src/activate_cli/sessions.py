@@ -48,6 +48,7 @@ def render_session(session: Session) -> str:
             ("Reason", cell(session.get("reason"))),
             ("URL", cell(session.get("url"))),
             ("Cluster", cell(session.get("cluster"))),
+            ("Folder", cell(session.get("folder") or "~")),
             ("Environment", cell(session.get("environment"))),
             ("Partition", cell(session.get("partition"))),
             ("Node", cell(session.get("node"))),
@@ -167,6 +168,8 @@ def create(client: ApiClient, args: argparse.Namespace) -> int:
         body["worker"] = args.worker
     if args.name:
         body["name"] = args.name
+    if args.folder:
+        body["folder"] = args.folder
     if args.idle_minutes is not None:
         body["idle_minutes"] = args.idle_minutes
     return launched(client, args, client.post("/sessions/", body))
@@ -251,6 +254,12 @@ def add_parser(
         "logdir=~/runs (repeatable)",
     )
     p.add_argument("--name", default="", help="letters, digits, underscores; default TYPE_TIME")
+    p.add_argument(
+        "--folder",
+        default="",
+        metavar="FOLDER",
+        help="the folder on the cluster it opens in (absolute, or ~/...; default: your home)",
+    )
     add_idle_option(
         p,
         "end it after N minutes with no traffic and nothing running, warned first (0: never; "

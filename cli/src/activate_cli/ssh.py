@@ -128,11 +128,15 @@ def open_socket(client: ApiClient, worker_id: str) -> ClientConnection:
         raise Unreachable(f"cannot open a terminal at {url}: {exc}") from None
 
 
-def start(socket: ClientConnection, argv: list[str], *, pty: bool, keep: str = "") -> None:
+def start(
+    socket: ClientConnection, argv: list[str], *, pty: bool, keep: str = "", cwd: str = ""
+) -> None:
     cols, rows = terminal_size()
     request = {"type": "start", "command": argv, "pty": pty, "cols": cols, "rows": rows}
     if keep:
         request["keep"] = keep
+    if cwd:
+        request["cwd"] = cwd
     socket.send(json.dumps(dict(request, client="pw")))
     try:
         answer = socket.recv(timeout=OPEN_TIMEOUT)
@@ -159,7 +163,7 @@ def ssh(client: ApiClient, args: argparse.Namespace) -> int:
         raise UsageError("--keep is for a shell in a terminal: no command, and not -T")
     worker = client.get(worker_path(args.worker), not_found=not_found(args.worker))
     with open_socket(client, worker["id"]) as socket:
-        start(socket, argv, pty=pty, keep=args.keep)
+        start(socket, argv, pty=pty, keep=args.keep, cwd=args.cwd)
         session = Session(socket, pty=pty)
         if not pty:
             threading.Thread(target=session.send_input, daemon=True).start()
@@ -191,6 +195,13 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="before WORKER: a shell kept on the node (tmux) that outlives this connection; "
         "--keep NAME again reattaches it (the browser's terminal is 'main')",
+    )
+    p.add_argument(
+        "--cwd",
+        default="",
+        metavar="FOLDER",
+        help="before WORKER: the folder on the node to start in (absolute, or ~/...; "
+        "default: your home)",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND")
     p.set_defaults(run=ssh, tty=None)

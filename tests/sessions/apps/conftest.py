@@ -100,12 +100,16 @@ class AppRunner:
     def owner_uid(self) -> int:
         return pwd.getpwnam(self.owner).pw_uid
 
-    def launch(self, spec: dict[str, Any], *, prefix: tuple[str, ...] = ()) -> Launched:
-        """Start the app as the owner and wait for the launcher's one line."""
+    def launch(
+        self, spec: dict[str, Any], *, prefix: tuple[str, ...] = (), folder: str = ""
+    ) -> Launched:
+        """Start the app as the owner (in ``folder``, as the platform says it) and wait for
+        the launcher's one line."""
         secret = secrets.token_urlsafe(24)
         self.watcher.book.add(secret, "an app session's password")
         argv = [NODE_PYTHON, "-c", BOOTSTRAP, "app", "--activate-session", SESSION_ID]
         argv += ["--spec-b64", encoded(spec)]
+        argv += ["--folder", folder] if folder else []
         began = time.monotonic()
         launcher = subprocess.Popen(
             ["runuser", "-u", self.owner, "--", *prefix, *argv],

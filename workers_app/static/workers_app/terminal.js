@@ -17,6 +17,9 @@
   term.open(host);
   fit.fit();
   let socket = null;
+  // The folder it was opened in: only the first start asks for it, so that reconnecting to a
+  // kept terminal does not open another window there each time.
+  let cwd = host.dataset.cwd || "";
 
   function show(text, kind) {
     state.textContent = text;
@@ -40,7 +43,7 @@
       // attaches to the same shell.
       socket.send(JSON.stringify({
         type: "start", command: [], pty: true, cols: term.cols, rows: term.rows, client: "browser",
-        keep: host.dataset.keep || "",
+        keep: host.dataset.keep || "", cwd: cwd,
       }));
     };
     socket.onmessage = function (event) {
@@ -50,6 +53,7 @@
       }
       const message = JSON.parse(event.data);
       if (message.type === "started") {
+        cwd = "";
         show("Connected", "connected");
         term.focus();
       } else if (message.type === "exit") {
