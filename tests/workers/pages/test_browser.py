@@ -7,11 +7,14 @@ Screenshots of every page go to data/screenshots/ (the run prints where); look a
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -351,6 +354,32 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
     shell.locator("#terminal-state", has_text="Connected").wait_for(timeout=60_000)
     shell.screenshot(path=str(screenshots / "08c-terminal-reconnected.png"))
     shell.close()
+
+    # From the Files page, a folder opened in a terminal on this worker: a window of its own in
+    # the kept terminal, in that folder.
+    folder = Path(tempfile.mkdtemp(prefix="activate files 'here' "))
+    folder.chmod(0o755)
+    try:
+        page.goto(f"{base}/clusters/test-slurm/files/?{urlencode({'path': str(folder)})}")
+        page.locator("#files-listing[data-readable]").wait_for()
+        ui.shot("08d-files-open-here", full_page=False)
+        with context.expect_page() as opened:
+            page.get_by_role("link", name=f"Terminal on {worker.name}").click()
+        shell = opened.value
+        shell.locator("#terminal-state", has_text="Connected").wait_for(timeout=60_000)
+        screen = shell.locator(".xterm-rows")
+        wait_for(lambda: "[main]" in on_screen(screen), timeout=30)
+        shell.keyboard.type("echo in-$(pwd)-end\n")
+        try:
+            wait_for(lambda: f"in-{folder}-end" in on_screen(screen), timeout=30)
+        except TimeoutError:
+            shell.screenshot(path=str(screenshots / "08x-terminal-not-in-folder.png"))
+            raise AssertionError(on_screen(screen)) from None
+        shell.screenshot(path=str(screenshots / "08e-terminal-in-folder.png"))
+        shell.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    page.goto(base + "/")
 
     # Delete it: the confirmation says its sessions go too; then it leaves the list.
     row.locator("details.menu:not([open])").wait_for()  # closes itself after copying
