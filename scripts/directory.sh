@@ -42,41 +42,9 @@ LOCK_FILE=/run/activate-directory.lock
 PACKAGES=(slapd ldap-utils)
 
 # ----------------------------------------------------------------- helpers --
-log() { printf '[directory] %s\n' "$*" >&2; }
-die() { printf '[directory] ERROR: %s\n' "$*" >&2; exit 1; }
-
-need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root"; }
-
-take_lock() {
-    exec 9>"$LOCK_FILE"
-    flock -w 600 9 || die "could not take $LOCK_FILE"
-}
-
-wait_until() {
-    local timeout="$1" what="$2"; shift 2
-    local deadline=$((SECONDS + timeout))
-    until "$@" >/dev/null 2>&1; do
-        if ((SECONDS >= deadline)); then
-            log "timed out after ${timeout}s waiting for $what"
-            return 1
-        fi
-        sleep 0.1
-    done
-}
-
-write_if_changed() {
-    local dst="$1" mode="$2" tmp
-    tmp="$(mktemp "${dst}.XXXXXX")"
-    cat >"$tmp"
-    if [[ -f $dst ]] && cmp -s "$tmp" "$dst"; then
-        rm -f "$tmp"
-        chmod "$mode" "$dst"
-        return 1
-    fi
-    chmod "$mode" "$tmp"
-    mv -f "$tmp" "$dst"
-    return 0
-}
+LOG_TAG=directory
+# shellcheck source=scripts/lib.sh
+. "$REPO_ROOT/scripts/lib.sh"
 
 # ---------------------------------------------------------------- packages --
 packages_missing() {
@@ -88,32 +56,12 @@ packages_missing() {
     return 1
 }
 
-POLICY_RC=/usr/sbin/policy-rc.d
-POLICY_MARK="created by scripts/directory.sh during apt-get install"
-
-remove_policy_rc() {
-    if [[ -f $POLICY_RC ]] && grep -qF "$POLICY_MARK" "$POLICY_RC"; then
-        rm -f "$POLICY_RC"
-    fi
-}
-
 ensure_packages() {
     packages_missing || return 0
     log "installing ${PACKAGES[*]} (apt-get)"
     # No system directory: the package's postinst neither makes a database nor starts slapd.
     echo 'slapd slapd/no_configuration boolean true' | debconf-set-selections
-    if [[ ! -e $POLICY_RC && ! -L $POLICY_RC ]]; then
-        printf '#!/bin/sh\n# %s\nexit 101\n' "$POLICY_MARK" >"$POLICY_RC"
-        chmod 0755 "$POLICY_RC"
-        trap remove_policy_rc EXIT
-    fi
-    if ! DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${PACKAGES[@]}" >/dev/null; then
-        apt-get -o DPkg::Lock::Timeout=600 update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${PACKAGES[@]}" >/dev/null \
-            || die "apt-get install ${PACKAGES[*]} failed"
-    fi
-    remove_policy_rc
-    trap - EXIT
+    apt_install_unstarted "${PACKAGES[@]}" >/dev/null
     packages_missing && die "packages still missing after apt-get install"
     return 0
 }

@@ -1,9 +1,9 @@
 # shellcheck shell=bash
 # testcell-gridengine.sh - a real one-node Son of Grid Engine 8.1.9 cell (Debian's
 # gridengine-* packages) beside the Slurm test cluster, reached over the same sshd
-# by the same users. Sourced by testcluster.sh, which provides the helpers (log,
-# die, pids_by_comm, kill_and_wait, spawn_detached, wait_until, write_if_changed,
-# ssh_opts, account_key) and the settings (NODE_NAME, SSH_*, CLUSTER_DIR).
+# by the same users. Sourced by testcluster.sh, which provides the helpers (its own
+# pids_by_comm, kill_and_wait, ssh_opts, account_key; scripts/lib.sh's log, die,
+# spawn_detached, wait_until, write_if_changed, apt_install_unstarted) and the settings (NODE_NAME, SSH_*, CLUSTER_DIR).
 # See scripts/README.md.
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
@@ -26,8 +26,6 @@ SGE_EXECD_SPOOL="$SGE_SPOOL_DIR/execd"
 SGE_RUN_DIR=/var/run/gridengine
 SGE_MASTER_PIDFILE="$SGE_RUN_DIR/qmaster.pid"
 SGE_LOG_DIR=/var/log/gridengine            # daemons' stdout/stderr only
-SGE_POLICY_RC=/usr/sbin/policy-rc.d
-SGE_POLICY_MARK="created by scripts/testcell-gridengine.sh during apt-get install"
 
 SGE_NODE="$NODE_NAME"
 SGE_QUEUE=all.q
@@ -70,16 +68,6 @@ sge_packages_missing() {
     return 1
 }
 
-sge_remove_policy_rc() {
-    if [[ -f $SGE_POLICY_RC ]] && grep -qF "$SGE_POLICY_MARK" "$SGE_POLICY_RC"; then
-        rm -f "$SGE_POLICY_RC"
-    fi
-}
-
-sge_apt_install() {
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y "${SGE_PACKAGES[@]}"
-}
-
 sge_ensure_packages() {
     sge_packages_missing || return 0
     log "installing ${SGE_PACKAGES[*]} (apt-get)"
@@ -92,21 +80,8 @@ sge_ensure_packages() {
         printf '%s shared/gridenginemaster string %s\n' "$owner" "$SGE_NODE"
     done | debconf-set-selections
     # The postinsts run `invoke-rc.d gridengine-* start`; there is no init system
-    # here and we start the daemons ourselves. Forbid it, with a policy-rc.d of our
-    # own only if there is none already, and remove only that one.
-    if [[ ! -e $SGE_POLICY_RC && ! -L $SGE_POLICY_RC ]]; then
-        printf '#!/bin/sh\n# %s\nexit 101\n' "$SGE_POLICY_MARK" >"$SGE_POLICY_RC"
-        chmod 0755 "$SGE_POLICY_RC"
-        trap sge_remove_policy_rc EXIT
-        trap 'exit 130' INT TERM HUP
-    fi
-    if ! sge_apt_install; then
-        log "apt-get install failed - updating the package lists and retrying"
-        apt-get -o DPkg::Lock::Timeout=600 update
-        sge_apt_install || die "apt-get install ${SGE_PACKAGES[*]} failed"
-    fi
-    sge_remove_policy_rc
-    trap - EXIT INT TERM HUP
+    # here and we start the daemons ourselves.
+    apt_install_unstarted "${SGE_PACKAGES[@]}"
     sge_packages_missing && die "Grid Engine packages still missing after apt-get install"
     return 0
 }

@@ -56,22 +56,15 @@ PACKAGES=(munge slurmctld slurmd slurm-client openssh-server tmux zsh)
 NODE_NAME="$(uname -n)"
 NODE_NAME="${NODE_NAME%%.*}"   # short host name, as slurmd/slurmctld use it
 
+LOG_TAG=testcluster
+# shellcheck source=scripts/lib.sh
+. "$REPO_ROOT/scripts/lib.sh"
+
 # The Grid Engine cell (settings and sge_* functions).
 # shellcheck source=scripts/testcell-gridengine.sh
 . "$REPO_ROOT/scripts/testcell-gridengine.sh"
 
 # ----------------------------------------------------------------- helpers --
-log() { printf '[testcluster] %s\n' "$*" >&2; }
-die() { printf '[testcluster] ERROR: %s\n' "$*" >&2; exit 1; }
-
-need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root"; }
-
-# Serialise concurrent invocations (e.g. parallel test runners).
-take_lock() {
-    exec 9>"$LOCK_FILE"
-    flock -w 600 9 || die "could not take $LOCK_FILE"
-}
-
 # pids whose /proc/PID/comm equals $1 (optionally cmdline contains $2)
 pids_by_comm() {
     local want="$1" needle="${2:-}" d c cmd
@@ -106,42 +99,6 @@ kill_and_wait() {
         fi
         sleep 0.1
     done
-}
-
-# Start a daemon fully detached from the caller (own session, no inherited
-# stdio, so a CI runner's pipes are not held open).
-spawn_detached() {
-    local out="$1"; shift
-    setsid "$@" </dev/null >>"$out" 2>&1 9>&-
-}
-
-# wait_until TIMEOUT DESCRIPTION CMD...  (polls CMD every 0.25s)
-wait_until() {
-    local timeout="$1" what="$2"; shift 2
-    local deadline=$((SECONDS + timeout))
-    until "$@" >/dev/null 2>&1; do
-        if ((SECONDS >= deadline)); then
-            log "timed out after ${timeout}s waiting for $what"
-            return 1
-        fi
-        sleep 0.25
-    done
-}
-
-# Write stdin to $1 (mode $2) only if the content differs. Returns 0 when the
-# file changed, 1 when it was already up to date.
-write_if_changed() {
-    local dst="$1" mode="$2" tmp
-    tmp="$(mktemp "${dst}.XXXXXX")"
-    cat >"$tmp"
-    if [[ -f $dst ]] && cmp -s "$tmp" "$dst"; then
-        rm -f "$tmp"
-        chmod "$mode" "$dst"
-        return 1
-    fi
-    chmod "$mode" "$tmp"
-    mv -f "$tmp" "$dst"
-    return 0
 }
 
 # ---------------------------------------------------------------- packages --
