@@ -220,6 +220,13 @@ class Connection:
         conn = self.http
         assert conn is not None
         try:
+            if conn.sock is None:
+                conn.connect()
+                # The head and the body go in two writes: neither waits for the other's ACK
+                # (later Pythons' http.client sets this too).
+                opened = conn.sock  # type: Optional[socket.socket]
+                if opened is not None:
+                    opened.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.request("POST", self._target(path), body=body, headers=headers)
             response = conn.getresponse()
             answer = response.read()

@@ -26,6 +26,7 @@ from harness.cluster import SshTarget, squeue_names
 from harness.platform import Platform
 from harness.relays import relay_pids, sshd_session_of
 from harness.waiting import wait_for
+from tests.node.test_relay_script import whole
 from workers_app.actions import deletion, requests
 from workers_app.models import AgentRelay, AgentRoute, Environment, EnvironmentField, Worker
 from workers_app.relays import relay_tag
@@ -455,12 +456,12 @@ SQUAT_PORT = """
 
 def send_raw(address: str, request: bytes) -> tuple[int, str, bool]:
     """Sends bytes as they are to host:port: the answer's status (0 if none), its body, and
-    whether it is signed."""
+    whether it is signed. The relay keeps an HTTP/1.1 connection open after its answer."""
     host, _, port = address.rpartition(":")
     with socket.create_connection((host.strip("[]"), int(port)), timeout=10) as client:
         client.sendall(request)
         answer = b""
-        while chunk := client.recv(65536):
+        while not whole(answer) and (chunk := client.recv(65536)):
             answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
     status_line = head.split(b"\r\n", 1)[0].split()

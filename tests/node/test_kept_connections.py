@@ -256,6 +256,77 @@ def test_the_agent_beats_on_after_the_agents_server_restarts(platform: Platform)
     assert beats_answered(platform) == (16, 0)
 
 
+@dataclass
+class ForwardProxy:
+    """An HTTP proxy as sites run them for http URLs: requests name the whole URL, which it
+    turns into the path before passing them on; it counts connections and what it was asked."""
+
+    target: tuple[str, int]
+    server: socket.socket = field(default_factory=lambda: socket.create_server(("127.0.0.1", 0)))
+    accepted: int = 0
+    asked: list[bytes] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.getsockname()[1]}"
+
+    def serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            upstream = socket.create_connection(self.target, timeout=10)
+            never = threading.Event()
+            threading.Thread(target=pump, args=(upstream, client, never), daemon=True).start()
+            threading.Thread(target=self.requests, args=(client, upstream), daemon=True).start()
+
+    def requests(self, client: socket.socket, upstream: socket.socket) -> None:
+        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        prefix = b"http://%s:%d" % (self.target[0].encode(), self.target[1])
+        data = b""
+        with client, upstream:
+            while True:
+                while b"\r\n\r\n" not in data:
+                    if not (chunk := client.recv(65536)):
+                        return
+                    data += chunk
+                head, _, data = data.partition(b"\r\n\r\n")
+                line, _, headers = head.partition(b"\r\n")
+                length = int(headers.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(data) < length:
+                    data += client.recv(65536)
+                body, data = data[:length], data[length:]
+                method, url, version = line.split(b" ")
+                self.asked.append(url)
+                line = b" ".join([method, url.removeprefix(prefix), version])
+                upstream.sendall(line + b"\r\n" + headers + b"\r\n\r\n" + body)
+
+
+def test_the_agent_goes_through_the_proxy_its_environment_names_on_one_connection(
+    platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = ForwardProxy(server_address(platform))
+    for name in ("no_proxy", "NO_PROXY", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", proxy.url)
+    agent = connected_agent(platform.agent_url)
+    assert [beat(agent) for _ in range(5)] == [True] * 5
+    assert proxy.accepted == 1
+    assert proxy.asked[-1] == f"{platform.agent_url}/agent/v1/heartbeat".encode()
+    assert len(proxy.asked) == 6
+    # and not for a host its no_proxy names
+    monkeypatch.setenv("no_proxy", platform.agent_host)
+    direct = connected_agent(platform.agent_url)
+    assert beat(direct)
+    assert len(proxy.asked) == 6
+    assert beats_answered(platform) == (6, 0)
+
+
 # -- the relay --------------------------------------------------------------------------------
 
 
