@@ -16,6 +16,7 @@ from core.env import (
     require_less_than,
     stored_secret,
 )
+from core.peer_silence import PeerSilence, with_postgres_options
 from identity.ldap import ldap_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -40,10 +41,21 @@ try:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 except ValueError as exc:
     raise ConfigurationError(f"DATABASE_URL is not a database URL: {exc}") from None
+# Seconds a silent peer (a host cut off, not killed) keeps a connection of ours, and what hangs
+# on it, such as a submission lock (core/peer_silence.py).
+ACTIVATE_PEER_SILENCE = env.integer("ACTIVATE_PEER_SILENCE", 30, minimum=3)
+PEER_SILENCE = PeerSilence(ACTIVATE_PEER_SILENCE)
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # SQLite serialises writers; a busy timeout keeps web, worker and beat from failing on locks.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+elif DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"]["OPTIONS"] = with_postgres_options(
+        DATABASES["default"].get("OPTIONS", {}),
+        PEER_SILENCE,
+        # A pooler that refuses startup options (PgBouncer) needs the server's own settings.
+        server=env.boolean("ACTIVATE_DB_SERVER_KEEPALIVES", True),
+    )
 
 REDIS_URL = env.url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "unix"))
 ACTIVATE_PUBLIC_URL = env.url(

@@ -1,0 +1,106 @@
+"""A host cut off, not killed: its PostgreSQL backend gives up a silent client, and the
+submission lock it held (core/locks.py), within ACTIVATE_PEER_SILENCE, where TCP's defaults
+would hold it for about two hours. Proven with a real process in a network namespace of this
+machine whose link is dropped (harness/netns.py) while it holds the lock through the platform's
+own database settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from core.locks import LOCK_NAMESPACE
+from core.peer_silence import PeerSilence, with_postgres_options
+from harness import REPO
+from harness.netns import cut_off_host
+
+SILENCE = 6
+WORKER_ID = 987_654_321
+
+# Runs in the namespace: the platform's settings, the lock taken as submission takes it, then
+# nothing but waiting (the process lives on: only its link is gone).
+HOLDER = """
+import sys, time, django
+django.setup()
+from core.locks import submission_lock
+with submission_lock(int(sys.argv[1])) as taken:
+    print("held" if taken else "refused", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_the_silence_sets_probes_and_a_limit_on_unanswered_data() -> None:
+    silence = PeerSilence(30)
+    assert (silence.idle, silence.interval, silence.user_timeout_ms) == (10, 3, 30_000)
+    assert silence.idle + 3 * silence.interval <= silence.seconds  # probes end within it
+    options = silence.libpq()
+    assert options["keepalives"] == 1 and options["tcp_user_timeout"] == 30_000
+    assert "-c tcp_keepalives_idle=10" in str(options["options"])
+
+
+def test_what_the_operators_database_url_says_wins() -> None:
+    silence = PeerSilence(30)
+    merged = with_postgres_options(
+        {"sslmode": "require", "keepalives_idle": 60, "options": "-c tcp_keepalives_idle=99"},
+        silence,
+    )
+    assert merged["sslmode"] == "require" and merged["keepalives_idle"] == 60
+    assert str(merged["options"]).endswith("-c tcp_keepalives_idle=99")  # the last -c wins
+    behind_a_pooler = with_postgres_options({}, silence, server=False)
+    assert "options" not in behind_a_pooler and behind_a_pooler["keepalives"] == 1
+
+
+def lock_is_free() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, WORKER_ID])
+        taken = bool(cursor.fetchone()[0])
+        if taken:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, WORKER_ID])
+    return taken
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cut_off_hosts_submission_lock_is_freed_within_the_silence() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("network namespaces need root (CI runs as root)")
+    database: Any = connection.settings_dict
+    with cut_off_host([int(database["PORT"] or 5432)]) as host:
+        env = dict(
+            os.environ,
+            DJANGO_SETTINGS_MODULE="activate.settings.test",
+            DATABASE_URL=f"postgres://{database['USER']}@{host.address}:"
+            f"{database['PORT'] or 5432}/{database['NAME']}",
+            ACTIVATE_PEER_SILENCE=str(SILENCE),
+        )
+        holder = subprocess.Popen(
+            host.argv([sys.executable, "-c", HOLDER, str(WORKER_ID)]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
+        try:
+            assert holder.stdout is not None
+            line = holder.stdout.readline().strip()
+            assert line == "held", holder.stderr.read() if holder.stderr else line
+            assert not lock_is_free()
+
+            host.cut()
+            cut_at = time.monotonic()
+            assert not lock_is_free()  # not closed: the holder is silent, not gone
+            while not lock_is_free():
+                assert time.monotonic() - cut_at < SILENCE + 4, "still held past the silence"
+                time.sleep(0.25)
+            freed_after = time.monotonic() - cut_at
+            print(f"freed {freed_after:.1f} s after the cut (silence {SILENCE} s)")
+            assert holder.poll() is None  # the holder runs on, cut off
+        finally:
+            holder.kill()
+            holder.wait()
