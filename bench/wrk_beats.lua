@@ -6,7 +6,8 @@
 -- the same beat. A thread that used up its share would start over, and the server refuse the
 -- replays; bench/heartbeats.py prepares more than a run can send and checks it.
 -- A third argument "close" asks for the connection's end with each answer (wrk then opens a new
--- one for the next beat), as the agents send them: one connection per beat.
+-- one for the next beat): one connection per beat, as an agent sends its beats when the server
+-- closed its kept connection while idle. Without it, connections are kept as agents keep theirs.
 local thread_count = 0
 local requests = {}
 local count = 0
