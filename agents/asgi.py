@@ -19,9 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import redis.asyncio
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.urls import reverse
 from redis.exceptions import RedisError
@@ -35,6 +33,7 @@ from agents.payloads import MAX_BODY, beat_answer, parse_beat
 from agents.service import LAST_SEEN_GRANULARITY
 from agents.signing import SignedCall
 from core import metrics as families
+from core.redis_connection import async_redis_client
 
 log = logging.getLogger(__name__)
 # The server's own access log (uvicorn's is off): every request but the successful beats, which
@@ -66,9 +65,7 @@ class AgentServer:
     def __init__(self, django_application: ASGIApp) -> None:
         self.django = django_application
         self.path = reverse("agent-heartbeat")
-        self.redis = redis.asyncio.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5
-        )
+        self.redis = async_redis_client()
         self.script = self.redis.register_script(BEAT_SCRIPT)
         # Only its key names and TTL are used: it holds a synchronous client, never called here.
         self.beats = AgentBeats()

@@ -19,6 +19,8 @@ from typing import Any
 import redis
 from celery import Celery
 
+from core.redis_connection import broker_client
+
 log = logging.getLogger(__name__)
 
 WATCH_EVERY = 10.0
@@ -27,7 +29,10 @@ STUCK = 70
 
 
 def watch(app: Celery, hostname: str, *, every: float = WATCH_EVERY, misses: int = MISSES) -> None:
-    broker = redis.Redis.from_url(app.conf.broker_url, socket_timeout=5, socket_connect_timeout=5)
+    url = app.conf.broker_url
+    # Only kombu's sentinel form needs the options (the master's name, the sentinels' password).
+    options = app.conf.broker_transport_options if url.startswith("sentinel://") else {}
+    broker = broker_client(url, options)
     missed = 0
     while True:
         time.sleep(every)

@@ -17,6 +17,7 @@ from core.env import (
     stored_secret,
 )
 from core.peer_silence import PeerSilence, with_postgres_options
+from core.redis_connection import celery_broker
 from identity.ldap import ldap_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -57,7 +58,8 @@ elif DATABASES["default"]["ENGINE"].endswith("postgresql"):
         server=env.boolean("ACTIVATE_DB_SERVER_KEEPALIVES", True),
     )
 
-REDIS_URL = env.url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "unix"))
+# One Redis server, or the sentinels watching one (sentinel://..., core/env.py's SENTINEL_FORM).
+REDIS_URL = env.redis_url("REDIS_URL", "redis://127.0.0.1:6379/0")
 ACTIVATE_PUBLIC_URL = env.url(
     "ACTIVATE_PUBLIC_URL", "http://127.0.0.1:8000", schemes=("http", "https")
 ).rstrip("/")
@@ -432,7 +434,6 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {"WorkerStatusEnum": "workers_app.statuses.WorkerStatus"},
 }
 
-CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -442,9 +443,11 @@ CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30 if CELERY_TASK_TIME_LI
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Unacknowledged tasks (a worker killed mid-task) come back after this long; tasks are idempotent.
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": env.integer("ACTIVATE_TASK_VISIBILITY_TIMEOUT", 600, minimum=1)
-}
+# Under Sentinel the URL becomes kombu's sentinel form and the options gain the master's name.
+CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = celery_broker(
+    REDIS_URL,
+    {"visibility_timeout": env.integer("ACTIVATE_TASK_VISIBILITY_TIMEOUT", 600, minimum=1)},
+)
 CELERY_TASK_ALWAYS_EAGER = env.boolean("ACTIVATE_TASKS_EAGER", False)
 
 
