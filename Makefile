@@ -7,7 +7,7 @@ TEST_DB ?= activate
 export TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/$(TEST_DB)
 export TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run demo test venv build-deps services cluster identity browser session-tools lint typecheck pytest bench drills clean
+.PHONY: run demo test venv build-deps services cluster identity sentinel browser session-tools lint typecheck pytest bench drills clean
 
 $(BIN)/activate-installed: pyproject.toml cli/pyproject.toml
 	@$(MAKE) --no-print-directory build-deps
@@ -63,6 +63,11 @@ $(IDP_INSTALLED): scripts/idp/package.json scripts/idp/package-lock.json
 identity: $(IDP_INSTALLED)
 	bash scripts/directory.sh up
 
+# Redis under Sentinel for its failover tests (scripts/sentinel.sh): a master, a replica and three
+# sentinels of their own, put back in their known state when a test left them failed over.
+sentinel:
+	bash scripts/sentinel.sh up
+
 # What sessions run on the test node: TigerVNC, noVNC, websockify, xterm; code-server and
 # JupyterLab (each cached).
 session-tools:
@@ -88,7 +93,7 @@ pytest: venv
 	$(BIN)/pytest -m serial -p no:xdist $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
 	exit $$status
 
-test: venv services cluster identity browser session-tools lint typecheck pytest
+test: venv services cluster identity sentinel browser session-tools lint typecheck pytest
 
 # Benchmarks and drills own their database and Redis number: they delete the workers in them.
 bench: venv services cluster
