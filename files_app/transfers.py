@@ -421,7 +421,8 @@ async def _receive_into(serial: _Serial, writer: FileWriter, receive: Any, limit
             putting.cancel()
             writing.result()  # it failed: raise what it raised
 
-    buffer = bytearray()
+    bodies: list[bytes] = []  # joined once per chunk: one copy of each byte, not two
+    held = 0
     received = 0
     try:
         while True:
@@ -432,11 +433,13 @@ async def _receive_into(serial: _Serial, writer: FileWriter, receive: Any, limit
             received += len(body)
             if received > limit:
                 raise _Refused(413, _too_large(limit))
-            buffer += body
+            if body:
+                bodies.append(body)
+                held += len(body)
             more = message.get("more_body", False)
-            if len(buffer) >= CHUNK or (buffer and not more):
-                await hand_over(bytes(buffer))
-                buffer.clear()
+            if held >= CHUNK or (held and not more):
+                await hand_over(b"".join(bodies))
+                bodies, held = [], 0
             if not more:
                 break
         await hand_over(None)
