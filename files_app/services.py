@@ -8,22 +8,42 @@ account, or the cluster's own on a shared cluster), over that login's kept conne
 
 from __future__ import annotations
 
+import logging
+import re
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.models import User
 
-from core.transport.sftp import DIR, FileExists, FileStat, NoSuchFile, NotAFile, SFTPSession
+from core.transport.sftp import (
+    DIR,
+    FILE,
+    FileError,
+    FileExists,
+    FileStat,
+    NoSuchFile,
+    NotAFile,
+    SFTPSession,
+)
 from files_app import paths
 from files_app.models import FileRoot
 from workers_app.actions.cluster_accounts import acting_account
 from workers_app.cluster_access import connection_for
 from workers_app.models import Cluster, ClusterAccount
 
+log = logging.getLogger(__name__)
+
 HOME_LABEL = "~"
 UPLOAD_MARK = b".activate-upload-"
+# An upload's hidden file (``.<name>.activate-upload-<16 hex digits>``) not written to for this
+# long was left by a web process that died mid-upload: a live upload writes every few seconds,
+# or the transfer ends (a cluster that does not answer fails it within the command timeout).
+# Listing its folder removes it.
+STALE_UPLOAD = 6 * 3600
+_UPLOAD_NAME = re.compile(rb"\A\..+" + re.escape(UPLOAD_MARK) + rb"[0-9a-f]{16}\Z", re.DOTALL)
 
 
 class ClusterNotFound(Exception):
@@ -95,7 +115,7 @@ def listing(files: SFTPSession, path: bytes) -> dict[str, Any]:
     where = files.realpath(resolve(files, path) or b".")
     if files.stat(where).kind != DIR:
         raise NotAFile("listing: that is not a folder")
-    entries = files.listdir(where)
+    entries = sweep_abandoned_uploads(files, where, files.listdir(where), now=time.time())
     entries.sort(key=lambda e: (e.kind != DIR, paths.display(e.name).casefold(), e.name))
     parent = paths.parent_of(where)
     return {
@@ -163,6 +183,34 @@ def upload_target(files: SFTPSession, path: bytes, *, overwrite: bool) -> Upload
     return UploadTarget(final=final, temporary=temporary, replaces=existing is not None)
 
 
+def is_abandoned_upload(found: FileStat, *, now: float) -> bool:
+    """An upload's hidden file that nobody has written to for STALE_UPLOAD seconds."""
+    return (
+        found.kind == FILE
+        and _UPLOAD_NAME.match(found.name) is not None
+        and found.mtime is not None
+        and found.mtime < now - STALE_UPLOAD
+    )
+
+
+def sweep_abandoned_uploads(
+    files: SFTPSession, folder: bytes, entries: list[FileStat], *, now: float
+) -> list[FileStat]:
+    """Remove the folder's abandoned upload files; the entries less those removed. What the
+    account may not remove stays, listed as before."""
+    kept: list[FileStat] = []
+    for found in entries:
+        if is_abandoned_upload(found, now=now):
+            try:
+                files.remove(paths.join(folder, found.name))
+            except FileError as exc:
+                log.info("an abandoned upload's file stays: %s", exc)
+            else:
+                continue
+        kept.append(found)
+    return kept
+
+
 def finish_upload(files: SFTPSession, target: UploadTarget, *, overwrite: bool) -> dict[str, Any]:
     files.rename(target.temporary, target.final, replace=overwrite)
     return entry(target.final, files.lstat(target.final))
@@ -191,5 +239,6 @@ __all__ = [
     "place_for",
     "rename",
     "roots",
+    "sweep_abandoned_uploads",
     "upload_target",
 ]

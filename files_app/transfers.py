@@ -13,7 +13,8 @@ of this module's own, one at a time per transfer.
 An upload is written to a hidden name of its own beside the final one (``.<name>.activate-
 upload-<random>``, created exclusively) and renamed to the final name only once the whole body
 arrived: a client that goes away, a body over the limit or a failed write leaves the final name
-as it was, and the hidden file is removed.
+as it was, and the hidden file is removed. One left by a web process that died mid-upload is
+removed when its folder is next listed, six hours after its last write (services.STALE_UPLOAD).
 
 Authentication is the API's: an API key (``Authorization: Bearer``), or the browser's login
 cookie, for an upload only with Django's CSRF token in ``X-CSRFToken`` and no foreign Origin.
