@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import redis
+from django.conf import settings
 from django.contrib.auth.models import User
 
+from core.redis_connection import redis_client
 from core.transport.sftp import (
     DIR,
     FILE,
@@ -224,10 +227,103 @@ def forget_upload(files: SFTPSession, target: UploadTarget) -> None:
         pass
 
 
+# -- how many transfers a user has under way -------------------------------------------------
+
+TRANSFERS_KEY = "activate:files-transfers:"
+# A transfer's slot lapses SLOT_LEASE seconds after it was last renewed, so a web process that
+# died mid-transfer frees its users' slots within that; a transfer renews its slot every
+# SLOT_RENEW while it runs and gives it back when it ends, however it ends.
+SLOT_LEASE = 60.0
+SLOT_RENEW = 15.0
+assert 3 * SLOT_RENEW < SLOT_LEASE
+
+# Redis's clock, not the web hosts': KEYS[1] the user's sorted set (token -> lapses at),
+# ARGV: limit, lease seconds, token.
+_TAKE_SLOT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) * 1000))
+return 1
+"""
+# ARGV: lease seconds, token. 0 when the slot had lapsed (it is not taken again).
+_RENEW_SLOT = """
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[1]) * 1000))
+return 1
+"""
+
+
+class TooManyTransfers(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"You have {limit} file transfers under way, the most one user may have at once: "
+            "start this one when one of them has ended."
+        )
+
+
+@dataclass(frozen=True)
+class TransferSlot:
+    key: str
+    token: str
+
+
+def _slots_key(user: User) -> str:
+    return f"{TRANSFERS_KEY}{settings.ACTIVATE_INSTALLATION_ID}:{user.pk}"
+
+
+def take_transfer_slot(user: User, *, limit: int) -> TransferSlot | None:
+    """One of the user's ``limit`` slots, or TooManyTransfers. None when Redis does not answer:
+    the transfer then goes uncounted rather than refused."""
+    slot = TransferSlot(_slots_key(user), secrets.token_hex(8))
+    try:
+        taken = redis_client().eval(_TAKE_SLOT, 1, slot.key, limit, SLOT_LEASE, slot.token)
+    except redis.RedisError as exc:
+        log.warning("file transfers are not counted: Redis did not answer: %s", exc)
+        return None
+    if not taken:
+        raise TooManyTransfers(limit)
+    return slot
+
+
+def renew_transfer_slot(slot: TransferSlot) -> bool:
+    """Whether the slot is still held (False: it lapsed, or Redis did not answer)."""
+    try:
+        return bool(redis_client().eval(_RENEW_SLOT, 1, slot.key, SLOT_LEASE, slot.token))
+    except redis.RedisError as exc:
+        log.warning("a file transfer's slot was not renewed: %s", exc)
+        return False
+
+
+def release_transfer_slot(slot: TransferSlot) -> None:
+    try:
+        redis_client().zrem(slot.key, slot.token)
+    except redis.RedisError as exc:
+        log.warning("a file transfer's slot lapses on its own: %s", exc)
+
+
+def transfers_under_way(user: User) -> int:
+    """The user's slots held now (lapsed ones not counted)."""
+    client = redis_client()
+    seconds, micros = client.time()
+    return int(client.zcount(_slots_key(user), f"({seconds + micros / 1e6}", "+inf"))
+
+
 __all__ = [
     "ClusterNotFound",
     "FileExists",
     "Place",
+    "TooManyTransfers",
+    "TransferSlot",
     "UploadTarget",
     "delete",
     "entry",
@@ -237,8 +333,12 @@ __all__ = [
     "make_folder",
     "open_files",
     "place_for",
+    "release_transfer_slot",
     "rename",
+    "renew_transfer_slot",
     "roots",
     "sweep_abandoned_uploads",
+    "take_transfer_slot",
+    "transfers_under_way",
     "upload_target",
 ]

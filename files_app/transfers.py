@@ -16,6 +16,10 @@ arrived: a client that goes away, a body over the limit or a failed write leaves
 as it was, and the hidden file is removed. One left by a web process that died mid-upload is
 removed when its folder is next listed, six hours after its last write (services.STALE_UPLOAD).
 
+A user has at most ACTIVATE_FILES_TRANSFERS_PER_USER transfers under way at once, over all web
+processes (slots in Redis, renewed while a transfer runs, given back when it ends however it
+ends, lapsing a minute after a web process that died): 429 beyond it.
+
 Authentication is the API's: an API key (``Authorization: Bearer``), or the browser's login
 cookie, for an upload only with Django's CSRF token in ``X-CSRFToken`` and no foreign Origin.
 """
@@ -262,10 +266,28 @@ class FileTransfers:
         except (ParameterError, services.ClusterNotFound) as exc:
             await _refuse(send, _refusal(exc))
             return
-        if action == "download":
-            await _download(place, path, receive, send)
-        else:
-            await _upload(place, path, overwrite == "1", receive, send)
+        limit = settings.ACTIVATE_FILES_TRANSFERS_PER_USER
+        try:
+            slot = await _run(services.take_transfer_slot, user, limit=limit)
+        except services.TooManyTransfers as exc:
+            await _answer(send, 429, {"detail": str(exc)}, [(b"retry-after", b"5")])
+            return
+        renewing = asyncio.ensure_future(_renew(slot))
+        try:
+            if action == "download":
+                await _download(place, path, receive, send)
+            else:
+                await _upload(place, path, overwrite == "1", receive, send)
+        finally:
+            renewing.cancel()
+            if slot is not None:
+                await asyncio.shield(_run(services.release_transfer_slot, slot))
+
+
+async def _renew(slot: services.TransferSlot | None) -> None:
+    while slot is not None:
+        await asyncio.sleep(services.SLOT_RENEW)
+        await _run(services.renew_transfer_slot, slot)
 
 
 def _too_large(limit: int) -> str:

@@ -191,6 +191,9 @@ ACTIVATE_PROXY_MAX_MESSAGE = env.integer(
 # The largest file an upload may write on a cluster, in bytes (413 beyond it: said at once when
 # the request's Content-Length is over, else when the body reaches it).
 ACTIVATE_FILES_MAX_UPLOAD = env.integer("ACTIVATE_FILES_MAX_UPLOAD", 10 * 1024**3, minimum=1)
+# How many downloads and uploads one user may have under way at once, counted in Redis over all
+# web processes (429 beyond it).
+ACTIVATE_FILES_TRANSFERS_PER_USER = env.integer("ACTIVATE_FILES_TRANSFERS_PER_USER", 4, minimum=1)
 ACTIVATE_PROBE_INTERVAL = env.number("ACTIVATE_PROBE_INTERVAL", 300, minimum=1)
 ACTIVATE_RECONCILE_INTERVAL = env.number("ACTIVATE_RECONCILE_INTERVAL", 300, minimum=1)
 # How long a dispatched submission owns a pending worker before the sweep sends it again.
