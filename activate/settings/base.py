@@ -6,8 +6,7 @@ import hashlib
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import dj_database_url
-
+from core.database_url import parse_database_url
 from core.env import (
     KEY_FILE_NAME,
     ConfigurationError,
@@ -39,7 +38,7 @@ if DATABASE_URL is None:
     private_directory(DATA_DIR)
     DATABASE_URL = f"sqlite:///{DATA_DIR / 'activate.sqlite3'}"
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    DATABASES = {"default": parse_database_url(DATABASE_URL, conn_max_age=60)}
 except ValueError as exc:
     raise ConfigurationError(f"DATABASE_URL is not a database URL: {exc}") from None
 # Seconds a silent peer (a host cut off, not killed) keeps a connection of ours, and what hangs
