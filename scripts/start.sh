@@ -49,9 +49,13 @@ case "${1:-}" in
     # callable's own: every request but the successful beats.
     export ACTIVATE_AGENT_SERVER=true
     agent_bind=${ACTIVATE_AGENT_BIND:-127.0.0.1:8001}
+    # Agents keep their connection across beats (30 s apart): it is kept open longer than
+    # that, and every agent's idle connection is a descriptor.
+    ulimit -n "$(ulimit -Hn)"
     exec "$BIN/uvicorn" activate.agent_asgi:application \
       --host "${agent_bind%:*}" --port "${agent_bind##*:}" \
       --workers "${ACTIVATE_AGENT_WORKERS:-2}" --loop uvloop --http httptools \
+      --timeout-keep-alive "${ACTIVATE_AGENT_KEEP_ALIVE:-75}" \
       --timeout-graceful-shutdown 10 --no-server-header --no-access-log
     ;;
   worker)
