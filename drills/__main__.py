@@ -20,6 +20,7 @@ from drills import (
     exec_flood,
     host_loss,
     postgres_outage,
+    redis_failover,
     redis_outage,
     redis_restart,
     restarts,
@@ -54,6 +55,7 @@ class Drills(Suite[DrillResult]):
         "slow_polls",
         "beat_failover",
         "host_loss",
+        "redis_failover",
     )
     doc = __doc__ or ""
 
@@ -101,6 +103,7 @@ class Drills(Suite[DrillResult]):
             "slow_polls": lambda t: slow_polls.run(t, sweeps_on_worker=args.sweeps_on_worker),
             "beat_failover": lambda t: beat_failover.run(t),
             "host_loss": lambda t: host_loss.run(t, rounds=args.host_losses),
+            "redis_failover": lambda t: redis_failover.run(t),
         }
 
     def could_not_run(self, name: str, exc: Exception) -> DrillResult:
