@@ -20,10 +20,12 @@ def _apart_per_xdist_worker() -> None:
     if not worker or os.environ.get("PYTEST_XDIST_WORKER_APART") == worker:
         return
     number = int(worker.removeprefix("gw"))
-    base, _, db = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15").rpartition("/")
+    # A sentinel:// URL's query (the sentinels' password) follows its number.
+    url, mark, query = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15").partition("?")
+    base, _, db = url.rpartition("/")
     if not db.isdigit() or int(db) < number:
         raise ValueError(f"REDIS_URL must end in a Redis number of {number} or more for {worker}")
-    os.environ["REDIS_URL"] = f"{base}/{int(db) - number}"
+    os.environ["REDIS_URL"] = f"{base}/{int(db) - number}{mark}{query}"
     installation = os.environ["ACTIVATE_INSTALLATION_ID"]
     os.environ["ACTIVATE_INSTALLATION_ID"] = f"{installation[:12]}w{number}"
     os.environ["PYTEST_XDIST_WORKER_APART"] = worker

@@ -30,7 +30,7 @@ import redis.sentinel
 
 from core import redis_connection
 from core.env import sentinel_address
-from core.redis_connection import async_redis_client, celery_broker, redis_client
+from core.redis_connection import async_redis_client, broker_client, celery_broker, redis_client
 from harness import REPO
 
 pytestmark = pytest.mark.serial  # kills the set's master: alone, and timed without neighbours
@@ -197,6 +197,19 @@ def test_the_platforms_clients_write_and_read_on_the_master(
     assert master.wait(1, 2000) == 1
     assert replica.mget(f"{key}:sync", f"{key}:async") == [b"one", b"two"]
     loop.run(async_client.aclose())
+
+
+def test_the_watchdogs_broker_client_reaches_the_master_through_kombus_form(
+    sentinel_set: SentinelSet,
+) -> None:
+    # Given Celery's broker URL and options as the settings derive them from the sentinel URL
+    broker_url, options = celery_broker(sentinel_set.url, {"visibility_timeout": 30})
+    # When the watchdog's client of that broker (core/watchdog.py) asks
+    client = broker_client(broker_url, options)
+    # Then it is the master's
+    assert client.ping()
+    assert client.info("replication")["role"] == "master"
+    assert client.connection_pool.get_master_address() == ("127.0.0.1", 6390)
 
 
 async def _make_async_client() -> redis.asyncio.Redis:
