@@ -150,6 +150,7 @@ def new_connection(
         ),
         max_channels=settings.ACTIVATE_SSH_MAX_CHANNELS if max_channels is None else max_channels,
         on_channel_wait=families.SSH_CHANNEL_WAITS.labels(cluster.name).observe,
+        silence=settings.PEER_SILENCE,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 import paramiko
 
+from core.peer_silence import PeerSilence
 from core.transport import commands
 from core.transport.channels import Channel
 from core.transport.commands import CommandResult
@@ -36,6 +37,7 @@ from core.transport.streams import PtySize, Stream, start_stream
 log = logging.getLogger(__name__)
 
 KEEPALIVE_INTERVAL = 15
+DEFAULT_SILENCE = PeerSilence(30)
 # An SFTP channel's window and largest packet from the server: a transfer's reads in flight
 # (core/transport/sftp.py) fit in the window, and fewer, larger packets cost less Python.
 SFTP_WINDOW = 16 * 1024 * 1024
@@ -171,7 +173,7 @@ def _gcm_first(sock: Any, /, **options: Any) -> paramiko.Transport:
     return transport
 
 
-def _tcp(host: str, port: int, timeout: float) -> socket.socket:
+def _tcp(host: str, port: int, timeout: float, silence: PeerSilence) -> socket.socket:
     error: OSError | None = None
     for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
         sock = _QuickAckSocket(family, kind, proto)
@@ -179,6 +181,7 @@ def _tcp(host: str, port: int, timeout: float) -> socket.socket:
             sock.settimeout(timeout)
             sock.connect(address)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            silence.apply(sock)
             return sock
         except OSError as exc:
             sock.close()
@@ -203,6 +206,7 @@ class SSHConnection:
         command_timeout: float,
         max_channels: int,
         on_channel_wait: Callable[[float], None] | None = None,
+        silence: PeerSilence = DEFAULT_SILENCE,
     ) -> None:
         self.host = host
         self.port = port
@@ -213,6 +217,9 @@ class SSHConnection:
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self.max_channels = max_channels
+        # A login host cut off (not closed) ends the connection within it, and with it every
+        # channel on it (terminals, tunnels), instead of after TCP's two hours.
+        self.silence = silence
         # Told the seconds a command waited for a channel slot, when it had to (metrics).
         self.on_channel_wait = on_channel_wait
         self._client: paramiko.SSHClient | None = None
@@ -246,7 +253,7 @@ class SSHConnection:
         try:
             client.connect(
                 self.host,
-                sock=_tcp(self.host, self.port, self.connect_timeout),
+                sock=_tcp(self.host, self.port, self.connect_timeout, self.silence),
                 port=self.port,
                 username=self.username,
                 pkey=pkey,

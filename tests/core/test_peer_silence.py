@@ -6,7 +6,9 @@ own database settings."""
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -104,3 +106,50 @@ def test_a_cut_off_hosts_submission_lock_is_freed_within_the_silence() -> None:
         finally:
             holder.kill()
             holder.wait()
+
+
+# Runs in the namespace: the platform's SSH connection to the test cluster's sshd, connected,
+# then watched until paramiko finds it dead.
+SSH_WATCHER = """
+import json, sys, time
+from core.peer_silence import PeerSilence
+from core.transport.connection import SSHConnection
+
+host, port, user, key_path, host_key = sys.argv[1:6]
+connection = SSHConnection(
+    host=host, port=int(port), username=user, private_key=open(key_path).read(),
+    host_key=host_key, connect_timeout=10, command_timeout=30, max_channels=2,
+    silence=PeerSilence(int(sys.argv[6])),
+)
+print(json.dumps({"ran": connection.run(["echo", "up"]).stdout.strip()}), flush=True)
+while connection.is_connected:
+    time.sleep(0.1)
+print(json.dumps({"gone": time.monotonic()}), flush=True)
+"""
+
+
+def test_a_cut_off_login_hosts_ssh_connection_ends_within_the_silence(ssh_target: Any) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("network namespaces need root (CI runs as root)")
+    with cut_off_host([ssh_target.port]) as host:
+        argv = [sys.executable, "-c", SSH_WATCHER, host.address, str(ssh_target.port)]
+        argv += [ssh_target.user, ssh_target.key_path, ssh_target.host_key, str(SILENCE)]
+        watcher = subprocess.Popen(
+            host.argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+        )
+        try:
+            assert watcher.stdout is not None
+            first = watcher.stdout.readline()
+            assert json.loads(first or "{}") == {"ran": "up"}, watcher.stderr.read()
+            host.cut()
+            cut_at = time.monotonic()
+            ready, _, _ = select.select([watcher.stdout], [], [], SILENCE + 4)
+            assert ready, "the connection was still up past the silence"
+            gone_after = json.loads(watcher.stdout.readline())["gone"] - cut_at
+            print(
+                f"the SSH connection ended {gone_after:.1f} s after the cut (silence {SILENCE} s)"
+            )
+            assert 0 < gone_after < SILENCE + 4
+        finally:
+            watcher.kill()
+            watcher.wait()
