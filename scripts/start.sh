@@ -12,20 +12,33 @@ BIN=$(dirname "$PY")
 export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-${ACTIVATE_DATA_DIR:-data}/metrics}
 (umask 077 && mkdir -p "$PROMETHEUS_MULTIPROC_DIR")
 
-# celery_worker QUEUE CONCURRENCY NAME: a Celery worker consuming QUEUE only. One whose consumer
-# got stuck after a broker outage exits 70 (core/watchdog.py) and is started again here; any
-# other end is this script's.
+# celery_worker QUEUE CONCURRENCY NAME: a Celery worker consuming QUEUE only, started again when
+# it ends by itself: one whose consumer got stuck after a broker outage exits 70
+# (core/watchdog.py), and Celery itself can die of a broker lost mid-task (celery 5.7 with kombu
+# 5.7 on a Redis failover: "Unrecoverable error: AttributeError"). Five deaths in a row within
+# 10 s of starting are no outage but a fault (a bad setting): then it stays down, saying so.
 celery_worker() {
-  local child=""
+  local child="" started status quick=0
   trap '[ -n "$child" ] && kill -TERM "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
   while true; do
+    started=$SECONDS
     "$BIN/celery" -A activate worker --loglevel "${ACTIVATE_LOG_LEVEL:-INFO}" \
       --queues "$1" --concurrency "$2" --hostname "$3@%h" &
     child=$!
     status=0
     wait "$child" || status=$?
-    [ "$status" -eq 70 ] || exit "$status"
-    echo "celery $3: its consumer was stuck; starting it again" >&2
+    [ "$status" -eq 0 ] && exit 0
+    if ((SECONDS - started < 10)); then quick=$((quick + 1)); else quick=0; fi
+    if ((quick >= 5)); then
+      echo "celery $3: ended $quick times in a row within 10 s of starting (status $status); giving up" >&2
+      exit "$status"
+    fi
+    if [ "$status" -eq 70 ]; then
+      echo "celery $3: its consumer was stuck; starting it again" >&2
+    else
+      echo "celery $3: ended with status $status; starting it again" >&2
+      sleep 1
+    fi
   done
 }
 
