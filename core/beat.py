@@ -1,12 +1,21 @@
 """Celery beat on every host, one sending at a time: a lease in Redis.
 
 Each beat process keeps its schedule as usual but sends due tasks only while it holds the lease
-(``activate:beat-lease:<installation>``: SET NX PX with a token of its own, renewed by the
-holder at every tick, released on a clean exit). When the holder dies another beat takes the
-lease and sends what is due at once, within one lease period (ACTIVATE_BEAT_LEASE): the key
-outlives the holder's last renewal by KEY_SHARE of a period and a standby asks every
-STANDBY_SHARE of one.
+(``activate:beat-lease:<installation>``, its value the holder's name and fence, core/lease.py),
+renewed by the holder at every tick and released on a clean exit. When the holder dies another
+beat takes the lease and sends what is due at once, within one lease period
+(ACTIVATE_BEAT_LEASE): the key outlives the holder's last renewal by KEY_SHARE of a period and
+a standby asks every STANDBY_SHARE of one.
 ACTIVATE_BEAT_LEASE=0 turns the lease off: every beat process sends.
+
+Fencing (core/lease.py): every task the holder sends carries its holding's fence in a message
+header (FENCE_HEADER), and the sweeps check it at their entry (``refuses``, one Redis script):
+a task sent by a holder that was paused between its last renewal and the send, and continued
+after another beat took the lease, finds another fence in the lease and does nothing, logged
+and counted in ``<lease key>:refused``. The check is at the task's entry, not at each write:
+every sweep's writes are compare-and-set already (drills/two_beats.py), so what the fence
+prevents is a whole second sweep beside the new holder's, not a torn one. Tasks sent without
+the header (the lease off, by hand, a batch's continuation) act as before.
 """
 
 from __future__ import annotations
@@ -14,13 +23,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from contextvars import ContextVar
 from typing import Any
 
 import redis
-from celery.beat import PersistentScheduler
+from celery import Task
+from celery.beat import PersistentScheduler, ScheduleEntry
+from celery.signals import before_task_publish
 from django.conf import settings
 
-from core.lease import RELEASE, RENEW_OR_TAKE, holder_name
+from core import lease as leases
+from core.lease import holder_name
 from core.redis_connection import redis_client
 
 log = logging.getLogger(__name__)
@@ -33,6 +46,9 @@ KEY_SHARE = 0.8
 RENEW_SHARE = 0.1
 STANDBY_SHARE = 0.1
 STANDBY_MAX = 1.0
+# The message header carrying the sender's fence, and the fence of the send under way.
+FENCE_HEADER = "activate_beat_fence"
+_sending: ContextVar[str] = ContextVar("beat_fence_sending", default="")
 
 
 def lease_key() -> str:
@@ -52,22 +68,27 @@ class BeatLease:
         self.seconds = seconds
         self.ttl = seconds * KEY_SHARE
         self.token = token or f"{holder_name()}:{uuid.uuid4().hex[:8]}"
+        # The counter's number for our holding (0: none).
+        self.number = 0
         self.until = 0.0
+
+    @property
+    def fence(self) -> str:
+        return leases.fence_of(self.token, self.number)
 
     def hold(self) -> bool:
         """Take or renew the lease: whether we hold it now."""
         started = time.monotonic()
         try:
-            kept = bool(
-                self.client.eval(
-                    RENEW_OR_TAKE, 1, self.key, self.token, max(1, int(self.ttl * 1000))
-                )
+            number = leases.renew_or_take(
+                self.client, self.key, self.token, max(1, int(self.ttl * 1000)), self.number
             )
         except redis.RedisError as exc:
             log.warning("beat lease %s not renewed: %s", self.key, exc)
             return self.held()
-        self.until = started + self.ttl if kept else 0.0
-        return kept
+        self.number = number
+        self.until = started + self.ttl if number else 0.0
+        return bool(number)
 
     def held(self) -> bool:
         return time.monotonic() < self.until
@@ -80,7 +101,7 @@ class BeatLease:
         """Give the lease up if it is ours (compare-and-delete): whether it was."""
         self.until = 0.0
         try:
-            return bool(self.client.eval(RELEASE, 1, self.key, self.token))
+            return leases.release(self.client, self.key, self.fence)
         except redis.RedisError:
             return False  # it lapses on its own
 
@@ -110,9 +131,50 @@ class LeasedScheduler(PersistentScheduler):
             return min(STANDBY_MAX, STANDBY_SHARE * lease.seconds)
         return min(float(super().tick(*args, **kwargs)), RENEW_SHARE * lease.seconds)
 
+    def apply_async(
+        self, entry: ScheduleEntry, producer: Any = None, advance: bool = True, **kwargs: Any
+    ) -> Any:
+        if self.lease is None:
+            return super().apply_async(entry, producer, advance, **kwargs)
+        sending = _sending.set(self.lease.fence)
+        try:
+            return super().apply_async(entry, producer, advance, **kwargs)
+        finally:
+            _sending.reset(sending)
+
     def close(self) -> None:
         if self.lease is not None and self.holding:
             self.holding = False
             if self.lease.release():
                 log.info("beat lease %s released", self.lease.key)
         super().close()
+
+
+@before_task_publish.connect(weak=False, dispatch_uid="beat-fence")
+def _carry_fence(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    fence = _sending.get()
+    if fence and headers is not None:
+        headers[FENCE_HEADER] = fence
+
+
+def refuses(task: Task) -> bool:
+    """Whether a task sent by beat must do nothing: the fence it carries is not the beat
+    lease's now (its sender lost the lease before the task landed). Unverifiable (Redis not
+    answering) counts as stale: the next holder's send comes within a sweep interval."""
+    # A worker's request has the message's headers as attributes; an applied one, in a dict.
+    request = task.request
+    fence = getattr(request, FENCE_HEADER, None) or (request.headers or {}).get(FENCE_HEADER)
+    if not fence:
+        return False
+    try:
+        if leases.fence_holds(redis_client(), lease_key(), str(fence)):
+            return False
+    except redis.RedisError as exc:
+        log.warning(
+            "%s sent under beat fence %s not run: the fence unchecked: %s", task.name, fence, exc
+        )
+        return True
+    log.warning(
+        "%s sent under beat fence %s refused: the beat lease is not its any more", task.name, fence
+    )
+    return True

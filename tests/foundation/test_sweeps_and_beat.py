@@ -69,7 +69,7 @@ def test_of_two_beats_only_the_lease_holder_sends(schedulers: list[Any]) -> None
     assert first.holding and not second.holding
     assert len(first.sent) >= 5
     assert second.sent == []
-    assert redis_client().get(lease_key()) == first.lease.token.encode()
+    assert redis_client().get(lease_key()) == first.lease.fence.encode()
 
 
 def test_the_standby_takes_over_within_a_lease_when_the_holder_dies(
@@ -123,7 +123,7 @@ def test_a_lease_is_renewed_and_released_only_with_its_own_token() -> None:
     assert holder.hold()
     assert not other.hold()
     assert not other.release()
-    assert holder.holder() == "holder"
+    assert holder.holder() == holder.fence
     assert holder.hold() and holder.held()
     assert holder.release()
     assert holder.holder() is None
