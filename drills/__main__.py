@@ -19,6 +19,7 @@ from drills import (
     deletion,
     exec_flood,
     host_loss,
+    postgres_failover,
     postgres_outage,
     redis_failover,
     redis_outage,
@@ -56,6 +57,7 @@ class Drills(Suite[DrillResult]):
         "beat_failover",
         "host_loss",
         "redis_failover",
+        "postgres_failover",
     )
     doc = __doc__ or ""
 
@@ -104,6 +106,7 @@ class Drills(Suite[DrillResult]):
             "beat_failover": lambda t: beat_failover.run(t),
             "host_loss": lambda t: host_loss.run(t, rounds=args.host_losses),
             "redis_failover": lambda t: redis_failover.run(t),
+            "postgres_failover": lambda t: postgres_failover.run(t),
         }
 
     def could_not_run(self, name: str, exc: Exception) -> DrillResult:

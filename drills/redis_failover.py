@@ -111,6 +111,7 @@ class RequestStream(threading.Thread):
         self.drill, self.count, self.every = drill, count, every
         self.made: list[int] = []
         self.refused: list[str] = []
+        self.answered_at: list[float] = []  # when each request made was answered (monotonic)
 
     def run(self) -> None:
         from django.db import connection
@@ -120,8 +121,10 @@ class RequestStream(threading.Thread):
                 started = time.monotonic()
                 try:
                     self.made += [w.pk for w in self.drill.request(RUN_ENVIRONMENT, 1)]
+                    self.answered_at.append(time.monotonic())
                 except Exception as exc:  # recorded: a request the user saw fail
                     self.refused.append(str(exc)[:200])
+                    connection.close()  # this thread's, if it was what broke
                 time.sleep(max(0.0, self.every - (time.monotonic() - started)))
         finally:
             connection.close()

@@ -154,8 +154,16 @@ def free_port() -> int:
 
 
 def database_url() -> str:
+    """This process's database as the platform's DATABASE_URL (several hosts as libpq's list,
+    with what picks the one that takes writes)."""
     db = settings.DATABASES["default"]
-    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    hosts = str(db["HOST"]).split(",")
+    ports = str(db["PORT"] or "").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports  # one port for every host
+    where = ",".join(f"{h}:{p}" if p else h for h, p in zip(hosts, ports, strict=True))
+    url = f"postgres://{db['USER']}@{where}/{db['NAME']}"
+    attrs = (db.get("OPTIONS") or {}).get("target_session_attrs")
+    return f"{url}?target_session_attrs={attrs}" if attrs and len(hosts) > 1 else url
 
 
 @dataclass
