@@ -15,8 +15,8 @@ from core.env import (
     require_less_than,
     stored_secret,
 )
-from core.peer_silence import PeerSilence, with_postgres_options
 from core.redis_connection import celery_broker
+from core.transport.silence import PeerSilence, with_postgres_options
 from identity.ldap import ldap_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -42,7 +42,7 @@ try:
 except ValueError as exc:
     raise ConfigurationError(f"DATABASE_URL is not a database URL: {exc}") from None
 # Seconds a silent peer (a host cut off, not killed) keeps a connection of ours, and what hangs
-# on it, such as a submission lock (core/peer_silence.py).
+# on it, such as a submission lock (core/transport/silence.py).
 ACTIVATE_PEER_SILENCE = env.integer("ACTIVATE_PEER_SILENCE", 30, minimum=3)
 PEER_SILENCE = PeerSilence(ACTIVATE_PEER_SILENCE)
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):

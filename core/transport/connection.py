@@ -25,13 +25,13 @@ from typing import Any, NoReturn
 
 import paramiko
 
-from core.peer_silence import PeerSilence
 from core.transport import commands
 from core.transport.channels import Channel
 from core.transport.commands import CommandResult
 from core.transport.errors import AuthenticationFailed, CommandTimeout, HostKeyMismatch, SSHError
 from core.transport.hostkeys import parse_key_line
 from core.transport.sftp import SFTPClient, SFTPSession
+from core.transport.silence import PeerSilence
 from core.transport.streams import PtySize, Stream, start_stream
 
 log = logging.getLogger(__name__)

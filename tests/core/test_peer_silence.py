@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 
 from core.locks import LOCK_NAMESPACE
-from core.peer_silence import PeerSilence, with_postgres_options
+from core.transport.silence import PeerSilence, with_postgres_options
 from harness import REPO
 from harness.netns import cut_off_host
 
@@ -112,7 +112,7 @@ def test_a_cut_off_hosts_submission_lock_is_freed_within_the_silence() -> None:
 # then watched until paramiko finds it dead.
 SSH_WATCHER = """
 import json, sys, time
-from core.peer_silence import PeerSilence
+from core.transport.silence import PeerSilence
 from core.transport.connection import SSHConnection
 
 host, port, user, key_path, host_key = sys.argv[1:6]
