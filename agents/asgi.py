@@ -15,7 +15,6 @@ import asyncio
 import functools
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -118,13 +117,11 @@ class AgentServer:
         call = None
         try:
             body = await _read_body(receive)
-            call = signing.verify_request(
-                _header(scope, b"authorization"), "POST", self.path, body, now=time.time()
-            )
+            call = signing.verify_request(_header(scope, b"authorization"), "POST", self.path, body)
             activity, problem = parse_beat(body, call.worker)
             await self._beat(call, activity)
         except AgentRefused as exc:
-            return exc.status, json.dumps({"error": exc.message}).encode(), call
+            return exc.status, json.dumps(exc.answer()).encode(), call
         except RedisError as exc:
             log.warning("heartbeat not recorded, Redis did not answer: %s", exc)
             return 503, json.dumps({"error": "heartbeat store unavailable"}).encode(), call

@@ -6,12 +6,16 @@ stores. On the wire travel the worker id, key id, a timestamp, a nonce and the s
 of them works for another request.
 
 A request's signature covers method, path, timestamp, nonce and the body's SHA-256; the
-timestamp must be within ``ACTIVATE_AGENT_SIGNATURE_WINDOW`` of this server's clock, the nonce
+timestamp must be within ``ACTIVATE_AGENT_SIGNATURE_WINDOW`` of Redis's clock (checked in the
+same script as the nonce, agents/beats.py: one clock for every host of the platform), the nonce
 unseen, and no later request of the same key accepted already (an agent's timestamps go
 strictly up; both are remembered in Redis for twice the window), so a request held back by
 someone on the way is worthless once the agent has been heard again. Answers are signed only
 for requests that passed those checks, so nobody can obtain a signed answer for a nonce the
-agent chose.
+agent chose; but for one: a request signed with the worker's own key whose timestamp is outside
+the window is refused with a signed 425 carrying the platform's time (``TimeRefused``), nothing
+done and its nonce not remembered, so an agent whose node clock stepped re-bases and signs again
+at once. That answer only tells the time, and only to a request signed with the worker's key.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import NamedTuple
 from django.conf import settings
 
 from agents.beats import AgentBeats, Nonce
-from agents.errors import AgentRefused
+from agents.errors import AgentRefused, TimeRefused
 from workers_app.agent_keys import derive_key
 from workers_app.models import hash_secret
 
@@ -94,8 +98,11 @@ def _malformed(header: str) -> Unauthenticated:
     return Unauthenticated("malformed authorization")
 
 
-def verify_request(header: str, method: str, path: str, body: bytes, *, now: float) -> SignedCall:
-    """The checked claim of a signed request; Unauthenticated (401) if anything is off."""
+def verify_request(
+    header: str, method: str, path: str, body: bytes, *, now: float | None = None
+) -> SignedCall:
+    """The checked claim of a signed request; Unauthenticated (401) if anything is off. Its time
+    is checked against ``now`` if given (TimeRefused), else with its nonce against Redis's."""
     match = HEADER.fullmatch(header)
     if match is None:
         raise _malformed(header)
@@ -104,8 +111,8 @@ def verify_request(header: str, method: str, path: str, body: bytes, *, now: flo
     if not hmac.compare_digest(request_signature(key, method, path, ts, nonce, body), sig):
         raise Unauthenticated("bad signature")
     seq = int(seconds) * 1_000_000 + int((fraction or "").ljust(6, "0"))
-    if abs(now - seq / 1e6) > settings.ACTIVATE_AGENT_SIGNATURE_WINDOW:
-        raise Unauthenticated("timestamp outside the accepted window (check the node's clock)")
+    if now is not None and abs(now - seq / 1e6) > settings.ACTIVATE_AGENT_SIGNATURE_WINDOW:
+        raise TimeRefused(now)
     return SignedCall(
         worker=worker, key_id=key_id, nonce=nonce, seq=seq, key=key, key_hash=key_hash
     )
@@ -118,12 +125,14 @@ def nonce_of(call: SignedCall) -> Nonce:
         seq=call.seq,
         ttl=int(2 * settings.ACTIVATE_AGENT_SIGNATURE_WINDOW) + 1,
         value=call.nonce,
+        window=int(settings.ACTIVATE_AGENT_SIGNATURE_WINDOW * 1_000_000),
     )
 
 
 def consume_nonce(call: SignedCall) -> None:
     """Remember the request; Unauthenticated if it is not fresh (a replay, or a request held
-    back on the way and sent after a later one of the same agent)."""
+    back on the way and sent after a later one of the same agent); TimeRefused if its time is
+    outside the window of Redis's clock."""
     if not AgentBeats().fresh(nonce_of(call)):
         raise Unauthenticated("replayed request")
 

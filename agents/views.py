@@ -6,7 +6,6 @@ those checks is signed back; a refusal of the signature itself (401) is not.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +17,8 @@ from redis.exceptions import RedisError
 
 from agents import service as agent_service
 from agents import signing
-from agents.errors import AgentRefused
+from agents.beats import AgentBeats
+from agents.errors import AgentRefused, server_time
 from agents.payloads import MAX_BODY, beat_answer, parse_beat, parse_connect, parse_session_ids
 from agents.signing import SignedCall
 from core import metrics as families
@@ -26,7 +26,7 @@ from core.redis_connection import redis_client
 
 
 def _refused(exc: AgentRefused) -> JsonResponse:
-    return JsonResponse({"error": exc.message}, status=exc.status)
+    return JsonResponse(exc.answer(), status=exc.status)
 
 
 def _signed_call(
@@ -44,13 +44,13 @@ def _signed_call(
             request.method or "",
             request.path_info,
             request.body,
-            now=time.time(),
         )
-        if nonce:
-            signing.consume_nonce(call)
     except AgentRefused as exc:
         return _refused(exc)
     try:
+        # Its time is checked here, against Redis's clock: a refusal for it alone is signed.
+        if nonce:
+            signing.consume_nonce(call)
         response = JsonResponse(handle(call))
     except AgentRefused as exc:
         response = _refused(exc)
@@ -73,6 +73,7 @@ def connect(request: HttpRequest) -> JsonResponse:
             "status": "connected",
             "heartbeat_interval": interval,
             "activity_interval": settings.ACTIVATE_ACTIVITY_INTERVAL,
+            "server_time": server_time(AgentBeats().server_time()),
         }
 
     return _signed_call(request, handle)

@@ -148,13 +148,17 @@ def test_a_beat_signed_outside_the_window_is_refused(agents: httpx.Client) -> No
     redis_client().delete(f"{PREFIX}{worker.pk}")
     body = json.dumps({"worker": worker.public_id}).encode()
     for skew in (-3600, 3600):
-        header = activate_agent.authorization(
-            agent.public_id, agent.key_id, agent.key, "POST", "/agent/v1/heartbeat", body,
-            str(int(time.time()) + skew), activate_agent.new_nonce(),
-        )  # fmt: skip
+        header, nonce = agent.signed("/agent/v1/heartbeat", body, ts=int(time.time()) + skew)
         late = agents.post("/agent/v1/heartbeat", content=body, headers={"Authorization": header})
-        assert late.status_code == 401 and "window" in late.json()["error"]
+        # Refused for its time alone: a signed 425 carrying the platform's (Redis's) time
+        assert late.status_code == 425 and "window" in late.json()["error"]
+        said = float(late.json()["server_time"])
+        assert abs(said - redis_client().time()[0]) < 5
+        signature = late.headers[activate_agent.SIGNATURE_HEADER]
+        assert activate_agent.verified(agent.key, 425, nonce, late.content, signature)
+    # and nothing done: no liveness, and the hour-ahead time not kept as the agent's latest
     assert Liveness().alive([worker.pk]) == set()
+    assert post(agents, "heartbeat", agent, {"worker": worker.public_id}).status_code == 200
 
 
 def test_an_agent_that_never_connected_is_told_to_connect_first(agents: httpx.Client) -> None:

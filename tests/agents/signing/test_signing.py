@@ -71,7 +71,9 @@ def test_a_request_outside_the_window_is_refused(key: agent_keys.AgentKey, skew:
     header = agent_header(key, ts=int(time.time()) + skew)
     with pytest.raises(AgentRefused) as refused:
         signing.verify_request(header, "POST", PATH, BODY, now=time.time())
-    assert refused.value.status == 401 and "window" in refused.value.message
+    # Refused for its time alone: a 425 whose answer carries the platform's time
+    assert refused.value.status == 425 and "window" in refused.value.message
+    assert "server_time" in refused.value.answer()
 
 
 def test_the_window_is_a_setting(key: agent_keys.AgentKey) -> None:
