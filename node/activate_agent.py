@@ -13,6 +13,8 @@ nonce and body, and every answer must carry the platform's HMAC of its status, t
 its body. Whoever sits on the way (a neighbour holding the relay's port, or reading the plain
 HTTP between node and login host) can neither make a request count twice nor answer in the
 platform's name: an answer that is not signed is a network error, retried, whatever its status.
+Requests are timed by the platform's clock as its signed answers tell it, carried on by this
+node's monotonic clock (``Clock``), so the node's clock stepping does not make them stale.
 
 It also watches the launchers of its sessions (processes of its own user whose argv holds
 ``--activate-session ID``) and tells the platform at once when one is gone.
@@ -41,7 +43,7 @@ import urllib.request
 from binascii import hexlify
 from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
-GONE, FORBIDDEN, NOT_YET = 410, 403, 409
+GONE, FORBIDDEN, NOT_YET, OUTSIDE_WINDOW = 410, 403, 409, 425
 SCHEME = "ActivateHMAC"
 SIGNATURE_HEADER = "X-Activate-Signature"
 SESSION_FLAG = b"--activate-session"
@@ -239,6 +241,33 @@ class Connection:
         return response.status, answer, response.getheader(SIGNATURE_HEADER) or ""
 
 
+class Clock:
+    """The time the agent signs with: the platform's, as its last signed answer with the time
+    said it, carried on by the monotonic clock; the node's clock only until the first such
+    answer. A step of the node's clock (NTP, an operator) then changes neither the timestamps
+    nor their spacing, and a node clock that is wrong is corrected by the platform's first
+    answer (a signed 425 to a request outside its window: the agent signs again at once)."""
+
+    def __init__(self) -> None:
+        self.base = time.time()
+        self.at = time.monotonic()
+
+    def now(self) -> float:
+        return self.base + (time.monotonic() - self.at)
+
+    def rebase(self, server_time: float) -> None:
+        self.base, self.at = server_time, time.monotonic()
+
+
+def server_time(answer: bytes) -> Optional[float]:
+    """The platform's time a signed answer carries, if it does."""
+    try:
+        value = json.loads(answer.decode() or "{}").get("server_time")
+        return float(value) if value is not None else None
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
 class Platform:
     """Signed calls to the platform's agent endpoints (directly or through a relay), over one
     kept connection."""
@@ -249,26 +278,52 @@ class Platform:
         self.key_id = key_id
         self.key = key
         self.timeout = timeout
-        self.last_ts = 0  # microseconds
+        self.clock = Clock()
+        self.last_ts = 0  # microseconds, of the last request sent
+        self.answered_ts = 0  # of the last request the platform answered in its window
         self.connection = Connection(self.base, timeout)
 
     def post(self, path: str, payload: dict) -> dict:
         """The signed answer's JSON; Refused for a signed refusal, Unverified for any answer
         the platform did not sign, OSError and friends when nothing came back."""
         body = json.dumps(payload).encode()
+        status, answer = self._signed(path, body)
+        if status == OUTSIDE_WINDOW and server_time(answer) is not None:
+            # Refused for its time alone (nothing done): signed again on the platform's time.
+            log("the platform's clock is %+.1f s from this node's; re-based" % self.offset())
+            status, answer = self._signed(path, body)
+        if status != 200:
+            raise Refused(status)
+        return json.loads(answer.decode() or "{}")
+
+    def offset(self) -> float:
+        """How far the signing clock is from the node's (seconds)."""
+        return self.clock.now() - time.time()
+
+    def _signed(self, path: str, body: bytes) -> Tuple[int, bytes]:
+        """One signed call: its status and answer once the platform's signature is checked;
+        the time a signed answer carries re-bases the clock."""
         nonce = new_nonce()
         # Each request later than the last, even if the clock steps back: the platform refuses
         # one older than a request it accepted (one held back on the way and sent later).
-        self.last_ts = max(int(time.time() * 1000000), self.last_ts + 1)
+        self.last_ts = max(int(self.clock.now() * 1000000), self.last_ts + 1)
         ts = "%d.%06d" % divmod(self.last_ts, 1000000)
         header = authorization(self.worker, self.key_id, self.key, "POST", path, body, ts, nonce)
         headers = {"Content-Type": "application/json", "Authorization": header}
         status, answer, signature = self.connection.send(path, body, headers)
         if not verified(self.key, status, nonce, answer, signature):
+            # Whatever time an unsigned answer says, the clock stays as it is.
             raise Unverified(status)
-        if status != 200:
-            raise Refused(status)
-        return json.loads(answer.decode() or "{}")
+        said = server_time(answer)
+        if said is not None:
+            self.clock.rebase(said)
+        if status == OUTSIDE_WINDOW:
+            # The platform kept nothing of it: the next request need only follow the last one
+            # it did answer in its window.
+            self.last_ts = self.answered_ts
+        else:
+            self.answered_ts = self.last_ts
+        return status, answer
 
 
 def argv_sessions(argv: List[bytes]) -> List[str]:

@@ -52,7 +52,8 @@ LOCK_FILE=/run/activate-testcluster.lock
 # tmux: kept terminals (tests/e2e/test_terminal.py) need it on the node.
 # zsh: pw's zsh completion is tested too.
 # nftables: a host cut off from the others in a network namespace (harness/netns.py).
-PACKAGES=(munge slurmctld slurmd slurm-client openssh-server tmux zsh nftables)
+# faketime: libfaketime, a clock 10 min off for one process (tests/*/test_clock_steps.py).
+PACKAGES=(munge slurmctld slurmd slurm-client openssh-server tmux zsh nftables faketime)
 
 NODE_NAME="$(uname -n)"
 NODE_NAME="${NODE_NAME%%.*}"   # short host name, as slurmd/slurmctld use it
@@ -108,7 +109,7 @@ packages_missing() {
     for f in /usr/sbin/munged /usr/bin/munge /usr/bin/unmunge \
              /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch /usr/bin/sinfo \
              /usr/bin/scontrol /usr/bin/srun /usr/sbin/sshd /usr/bin/ssh \
-             /usr/bin/ssh-keygen /usr/bin/tmux /usr/bin/zsh /usr/sbin/nft; do
+             /usr/bin/ssh-keygen /usr/bin/tmux /usr/bin/zsh /usr/sbin/nft /usr/bin/faketime; do
         [[ -x $f ]] || return 0
     done
     return 1
