@@ -131,9 +131,13 @@ class ProvingForward:
         pump(conn, upstream, never)
 
 
+# Seconds the agents' server keeps an idle connection here (shipped: 75, past a 30 s beat).
+KEEP_ALIVE = 2
+
+
 @pytest.fixture
 def platform(tmp_path: Path) -> Iterator[Platform]:
-    platform = Platform(workdir=tmp_path)
+    platform = Platform(workdir=tmp_path, knobs={"ACTIVATE_AGENT_KEEP_ALIVE": str(KEEP_ALIVE)})
     try:
         platform.start_agents()
         yield platform
@@ -199,8 +203,8 @@ def test_the_agent_connects_again_once_the_server_closed_its_idle_connection(
     proxy = CountingProxy(server_address(platform))
     agent = connected_agent(proxy.url)
     assert beat(agent)
-    # When the connection sits idle past the server's keep-alive (uvicorn's: 5 s), which closes it
-    time.sleep(5.5)
+    # When the connection sits idle past the server's keep-alive, which closes it
+    time.sleep(KEEP_ALIVE + 0.5)
     # Then the next beat goes on a new connection, at once, and the one after on that one
     assert beat(agent) and beat(agent)
     assert proxy.accepted == 2
