@@ -19,6 +19,7 @@ from drills import (
     deletion,
     exec_flood,
     host_loss,
+    paused_holder,
     postgres_failover,
     postgres_outage,
     redis_failover,
@@ -58,6 +59,7 @@ class Drills(Suite[DrillResult]):
         "host_loss",
         "redis_failover",
         "postgres_failover",
+        "paused_holder",
     )
     doc = __doc__ or ""
 
@@ -106,6 +108,7 @@ class Drills(Suite[DrillResult]):
             "beat_failover": lambda t: beat_failover.run(t),
             "host_loss": lambda t: host_loss.run(t, rounds=args.host_losses),
             "redis_failover": lambda t: redis_failover.run(t),
+            "paused_holder": lambda t: paused_holder.run(t),
             "postgres_failover": lambda t: postgres_failover.run(t),
         }
 
