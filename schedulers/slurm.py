@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 import shlex
-from concurrent.futures import ThreadPoolExecutor
 
 from schedulers.base import (
     CommandResult,
@@ -25,7 +24,12 @@ from schedulers.base import (
     SchedulerAdapter,
     SchedulerError,
     SchedulerUnavailable,
+    SubmitLoop,
     clock_time,
+    shell_answer,
+    shell_part,
+    submit_command,
+    submit_program,
 )
 
 log = logging.getLogger(__name__)
@@ -105,114 +109,30 @@ QUERY_FIELDS = 6
 # jobs with --me (Slurm 20.11+) instead, so a poll is one command however many jobs are live.
 QUERY_CHUNK = 500
 NOT_FOUND = "Invalid job id specified"
-# Several jobs per command: on stdin each job is a line "NAME PARTITION SIZE" (partition "-" for
-# none) and then its script's SIZE bytes, which reach sbatch without passing the shell's parser;
-# each sbatch's output is closed by a marker line with its exit status. The script is read with
-# `head -c` in blocks (the shell's `read` takes a pipe a byte at a time: 5 ms per 12 KB script),
-# and a script that came short is never submitted: the loop stops, those jobs stay unknown.
-# Names and partitions are checked (check_spec) to hold no whitespace or shell metacharacters;
-# they are still quoted where used.
+# Several jobs per command (base.SubmitLoop): on stdin each job is a line "NAME PARTITION SIZE"
+# (partition "-" for none) and then its script's SIZE bytes. Names and partitions are checked
+# (check_spec) to hold no whitespace or shell metacharacters; they are still quoted where used.
 SUBMIT_MARKER = "@@activate-sbatch-exit"
 SUBMIT_LOOP = (
     "export LC_ALL=C; "
     "while read -r name partition size; do "
-    'script=$(head -c "$size"; printf x); script=${script%x}; '
-    '[ "${#script}" = "$size" ] || { echo "script of $name cut short" >&2; break; }; '
-    'if [ "$partition" = - ]; then set --; else set -- "--partition=$partition"; fi; '
+    + shell_part("script", "size")
+    + 'if [ "$partition" = - ]; then set --; else set -- "--partition=$partition"; fi; '
     'printf \'%s\' "$script" | sbatch --parsable "--job-name=$name" '
-    '--output=/dev/null --error=/dev/null "$@" 2>&1; '
-    f"printf '\\n{SUBMIT_MARKER} %s\\n' \"$?\"; "
-    "done"
+    '--output=/dev/null --error=/dev/null "$@" 2>&1; ' + shell_answer(SUBMIT_MARKER) + "done"
 )
-# The same loop in the login host's Python: one process per command instead of a subshell, a
-# `head` and a pipeline per script, which took a quarter of a batch's time (docs/benchmarks.md).
-# Same input, same output, and a script that came short is never submitted. Only `os` and `sys`
-# (already loaded at start-up; `subprocess` alone takes 18 ms to import), and what any Python 3
-# has. It travels as one line with no "!" (exec of its repr): csh refuses a line break inside
-# quotes and expands "!". sbatch starts by posix_spawn (3.4 ms a job in a serial loop here,
-# 5.0 by fork: a fork copies the interpreter), by fork where Python is older than 3.8.
-SUBMIT_PROGRAM = f"""
-import os, sys
-env = dict(os.environ, LC_ALL="C")
-source = sys.stdin.buffer
-
-
-def start(argv, script_in, answer_out):
-    if hasattr(os, "posix_spawnp"):
-        dup = os.POSIX_SPAWN_DUP2
-        actions = [(dup, script_in, 0), (dup, answer_out, 1), (dup, answer_out, 2)]
-        return os.posix_spawnp(argv[0], argv, env, file_actions=actions)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.dup2(script_in, 0)
-            os.dup2(answer_out, 1)
-            os.dup2(answer_out, 2)
-            os.execvpe(argv[0], argv, env)
-        except OSError as exc:
-            os.write(2, ("sbatch: %s" % exc).encode())
-        finally:
-            os._exit(127)
-    return pid
-
-
-def sbatch(argv, script):
-    script_in, script_out = os.pipe()
-    answer_in, answer_out = os.pipe()
-    try:
-        pid = start(argv, script_in, answer_out)
-    except OSError as exc:
-        for fd in (script_in, script_out, answer_in, answer_out):
-            os.close(fd)
-        return "sbatch: %s" % exc, 127
-    os.close(script_in)
-    os.close(answer_out)
-    try:
-        while script:
-            script = script[os.write(script_out, script) :]
-    except OSError:
-        pass
-    os.close(script_out)
-    chunks = []
-    while True:
-        chunk = os.read(answer_in, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(answer_in)
-    status = os.waitpid(pid, 0)[1]
-    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-    return b"".join(chunks).decode(errors="replace"), code
-
-
-while True:
-    header = source.readline()
-    if not header:
-        break
-    fields = header.decode(errors="replace").split()
-    if not (len(fields) == 3 and fields[2].isdigit()):
-        sys.stderr.write("bad header: %r\\n" % header[:200])
-        break
-    name, partition, size = fields[0], fields[1], int(fields[2])
-    script = source.read(size)
-    if len(script) < size:
-        sys.stderr.write("script of %s cut short\\n" % name)
-        break
+SUBMIT_PROGRAM = submit_program(
+    SUBMIT_MARKER,
+    """
+for words, (script,) in records([2]):
+    name, partition = words[0], words[1]
     argv = ["sbatch", "--parsable", "--job-name=" + name, "--output=/dev/null", "--error=/dev/null"]
     argv += [] if partition == "-" else ["--partition=" + partition]
-    output, code = sbatch(argv, script)
-    sys.stdout.write("%s\\n{SUBMIT_MARKER} %d\\n" % (output, code))
-    sys.stdout.flush()
-"""
-# Python where the login host has it (nodes need it for the agent; a login host may not).
-SUBMIT_COMMAND = [
-    "sh",
-    "-c",
-    'if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$1"; fi; eval "$2"',
-    "sh",
-    f"exec({SUBMIT_PROGRAM!r})",
-    SUBMIT_LOOP,
-]
+    answer(*run(argv, script))
+""",
+)
+SUBMIT_COMMAND = submit_command(SUBMIT_PROGRAM, SUBMIT_LOOP)
+SUBMIT = SubmitLoop("sbatch", SUBMIT_MARKER, SUBMIT_COMMAND, SBATCH_OUTPUT)
 # Scripts per command: enough that the channel's cost vanishes, few enough that one command
 # stays well inside the command timeout on a slow controller. Up to SUBMIT_PARALLEL commands run
 # at once (channels of the one connection): each sbatch is mostly its own start-up on the login
@@ -377,27 +297,7 @@ def _job_number(job_id: str) -> int:
 
 def parse_submit_loop(stdout: str, adapter: SchedulerAdapter) -> list[str | SchedulerError]:
     """One outcome per marker line of SUBMIT_COMMAND's output, in order."""
-    outcomes: list[str | SchedulerError] = []
-    output: list[str] = []
-    for line in stdout.splitlines():
-        if not line.startswith(SUBMIT_MARKER + " "):
-            if line.strip():
-                output.append(line.strip())
-            continue
-        status = line.removeprefix(SUBMIT_MARKER + " ").strip()
-        if status != "0":
-            message = "; ".join(output)[:1000]
-            failed = CommandResult(int(status) if status.isdigit() else 1, "", message)
-            outcomes.append(adapter.refusal("sbatch", failed))
-        else:
-            match = SBATCH_OUTPUT.fullmatch(output[-1]) if output else None
-            outcomes.append(
-                match.group(1)
-                if match
-                else SchedulerUnavailable(f"unexpected sbatch output: {' '.join(output)[:200]!r}")
-            )
-        output = []
-    return outcomes
+    return SUBMIT.outcomes(stdout, adapter)
 
 
 def parse_sinfo(stdout: str) -> list[Partition]:
@@ -521,40 +421,13 @@ class SlurmAdapter(SchedulerAdapter):
     def submit_many(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
         if len(specs) <= 1:
             return super().submit_many(specs)
-        # Equal shares, as many as run at once (or a multiple of it past SUBMIT_CHUNK scripts
-        # each), so that no command is left running alone at the end.
-        rounds = -(-len(specs) // (SUBMIT_PARALLEL * SUBMIT_CHUNK))
-        count = min(len(specs), SUBMIT_PARALLEL * rounds)
-        chunks = [
-            specs[i * len(specs) // count : (i + 1) * len(specs) // count] for i in range(count)
-        ]
-        if len(chunks) == 1:
-            return self._submit_chunk(chunks[0])
-        with ThreadPoolExecutor(min(SUBMIT_PARALLEL, len(chunks))) as pool:
-            # map() raises the first chunk's SSHError (every outcome then unknown) after all ran.
-            return [outcome for chunk in pool.map(self._submit_chunk, chunks) for outcome in chunk]
+        return self.submit_in_loops(
+            specs, SUBMIT, record=self._record, chunk=SUBMIT_CHUNK, parallel=SUBMIT_PARALLEL
+        )
 
-    def _submit_chunk(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
-        # A spec refused here (check_spec) is that job's outcome; the others still go.
-        refused: dict[int, SchedulerError] = {}
-        lines = []
-        for index, spec in enumerate(specs):
-            try:
-                script = self.render_script(spec)
-            except SchedulerError as exc:
-                refused[index] = exc
-                continue
-            size = len(script.encode())
-            lines.append(f"{spec.name} {spec.partition or '-'} {size}\n{script}")
-        sent: list[str | SchedulerError] = []
-        if lines:
-            result = self._run(SUBMIT_COMMAND, stdin="".join(lines))
-            sent = parse_submit_loop(result.stdout, self)[: len(lines)]
-            # The loop stopped early (killed, cut off): those jobs may or may not exist.
-            unknown = f"no answer for this job's sbatch: {result.stderr.strip()[:200]}"
-            sent += [SchedulerUnavailable(unknown) for _ in range(len(lines) - len(sent))]
-        answers = iter(sent)
-        return [refused[i] if i in refused else next(answers) for i in range(len(specs))]
+    def _record(self, spec: JobSpec) -> tuple[list[str], str]:
+        script = self.render_script(spec)
+        return [spec.name, spec.partition or "-", str(len(script.encode()))], script
 
     def query(self, job_ids: list[str]) -> QueryResult:
         bad = [job_id for job_id in job_ids if not JOB_ID.fullmatch(job_id)]

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -93,3 +97,56 @@ def is_running(info: JobInfo | None) -> bool:
 
 def has_ended(info: JobInfo | None) -> bool:
     return info is None or info.phase is Phase.ENDED
+
+
+# The login hosts a submit loop (base.submit_command) is run on: with python3, with a python3
+# older than 3.8 (no os.posix_spawnp: the loop starts the submit command by fork), and with the
+# shell's tools alone.
+LOGIN_HOSTS = ["python3", "python3 before 3.8", "no python3"]
+SHADOWED = "#!/bin/sh\necho 'the loop ran $0' >&2\nexit 1\n"
+OLD_PYTHON = """#!/bin/sh
+[ "$1 $2 $3" = "-I -S -c" ] || exit 99
+exec {python} -I -S -c 'import os, sys; del os.posix_spawnp; exec(sys.argv[1])' "$4"
+"""
+
+
+def run_submit_loop(
+    command: list[str],
+    stdin: bytes,
+    tmp_path: Path,
+    login_host: str,
+    *,
+    fakes: dict[str, str],
+    tools: tuple[str, ...],
+) -> tuple[str, Path]:
+    """A submit loop's command in a real sh, with ``fakes`` (name -> shell script) on PATH and
+    $KEPT a folder of their own: on a login host with python3 (where `head` fails, so the shell
+    loop cannot pass unseen), or with ``tools`` alone (no python3 on PATH). Its stdout, and
+    $KEPT; $HOME is ``tmp_path/home``."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(parents=True)
+    for name, text in fakes.items():
+        (bin_ / name).write_text(text)
+    if login_host.startswith("python3"):
+        (bin_ / "head").write_text(SHADOWED)
+        if login_host == "python3 before 3.8":
+            (bin_ / "python3").write_text(OLD_PYTHON.format(python=sys.executable))
+        path = f"{bin_}:{os.environ['PATH']}"
+    else:
+        for tool in ("sh", "head", *tools):
+            (bin_ / tool).symlink_to(shutil.which(tool) or tool)
+        path = str(bin_)
+    for tool in bin_.iterdir():
+        if not tool.is_symlink():
+            tool.chmod(0o755)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "PATH": path, "KEPT": str(kept), "HOME": str(home)}
+    argv = [shutil.which("sh") or "sh", *command[1:]]
+    result = subprocess.run(
+        argv, input=stdin, capture_output=True, env=env, timeout=30, cwd=tmp_path
+    )
+    assert "the loop ran" not in result.stderr.decode()
+    return result.stdout.decode(), kept

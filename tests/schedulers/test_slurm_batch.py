@@ -3,11 +3,9 @@ batch cut short leaves the rest unknown (never refused, never made)."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,13 @@ from schedulers.slurm import (
     SlurmAdapter,
     parse_submit_loop,
 )
-from tests.schedulers.conftest import FakeRunner, ok
+from tests.schedulers.conftest import (
+    LOGIN_HOSTS,
+    OLD_PYTHON,
+    FakeRunner,
+    ok,
+    run_submit_loop,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -156,42 +160,16 @@ cat > "$KEPT/$n"
 if grep -q REFUSE "$KEPT/$n"; then echo "sbatch: error: Batch job submission failed"; exit 1; fi
 echo "$((100 + n))"
 """
-SHADOWED = "#!/bin/sh\necho 'the loop ran $0' >&2\nexit 1\n"
-LOGIN_HOSTS = ["python3", "python3 before 3.8", "no python3"]
-# A Python without os.posix_spawnp (3.7 and older): the loop starts sbatch by fork instead.
-OLD_PYTHON = """#!/bin/sh
-[ "$1 $2 $3" = "-I -S -c" ] || exit 99
-exec {python} -I -S -c 'import os, sys; del os.posix_spawnp; exec(sys.argv[1])' "$4"
-"""
 
 
 def run_loop(stdin: bytes, tmp_path: Path, login_host: str) -> tuple[str, list[bytes]]:
-    """SUBMIT_COMMAND in a real sh, with an sbatch on PATH that keeps each script it is given:
-    on a login host with python3 (where `head` fails, so the shell loop cannot pass unseen), or
-    with the shell's tools alone (no python3 on PATH)."""
-    bin_ = tmp_path / "bin"
-    bin_.mkdir(parents=True)
-    (bin_ / "sbatch").write_text(FAKE_SBATCH)
-    if login_host.startswith("python3"):
-        (bin_ / "head").write_text(SHADOWED)
-        if login_host == "python3 before 3.8":
-            (bin_ / "python3").write_text(OLD_PYTHON.format(python=sys.executable))
-        path = f"{bin_}:{os.environ['PATH']}"
-    else:
-        for tool in ("sh", "head", "ls", "wc", "cat", "grep"):
-            (bin_ / tool).symlink_to(shutil.which(tool) or tool)
-        path = str(bin_)
-    for tool in bin_.iterdir():
-        if not tool.is_symlink():
-            tool.chmod(0o755)
-    kept = tmp_path / "kept"
-    kept.mkdir()
-    env = {**os.environ, "PATH": path, "KEPT": str(kept)}
-    argv = [shutil.which("sh") or "sh", *SUBMIT_COMMAND[1:]]
-    result = subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=30)
-    assert "the loop ran" not in result.stderr.decode()
+    """SUBMIT_COMMAND with an sbatch on PATH that keeps each script it is given."""
+    tools = ("ls", "wc", "cat", "grep")
+    output, kept = run_submit_loop(
+        SUBMIT_COMMAND, stdin, tmp_path, login_host, fakes={"sbatch": FAKE_SBATCH}, tools=tools
+    )
     scripts = [(kept / str(n)).read_bytes() for n in range(len(list(kept.iterdir())))]
-    return result.stdout.decode(), scripts
+    return output, scripts
 
 
 @pytest.mark.parametrize("login_host", LOGIN_HOSTS)
