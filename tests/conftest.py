@@ -17,6 +17,7 @@ from core.redis_connection import redis_client
 from harness import HarnessError, cells
 from harness import platform as harness_platform
 from harness.cluster import SshTarget
+from tests.leftovers import pytest_runtest_teardown  # noqa: F401
 from tests.platforms import clean_redis
 from tests.watched import _neighbour_watch, neighbour_watcher, pytest_runtest_call  # noqa: F401
 from workers_app.models import Cluster

@@ -94,7 +94,7 @@ def test_a_sweep_whose_sender_s_lease_lapsed_with_nobody_holding_it_is_refused(d
 def test_the_holder_s_sends_carry_its_fence_in_their_message(tmp_path: Path, settings: Any) -> None:
     # Given a leased beat whose one entry is due every 0.1 s, publishing to the real broker
     settings.ACTIVATE_BEAT_LEASE = LEASE
-    beat_app = Celery("fence-test", broker=settings.REDIS_URL)
+    beat_app = Celery("fence-test", broker=settings.REDIS_URL, set_as_current=False)
     beat_app.conf.beat_schedule = {"probe": {"task": "probe", "schedule": 0.1}}
     beat_app.conf.task_default_queue = "fence-test"
     scheduler = LeasedScheduler(app=beat_app, schedule_filename=str(tmp_path / "beat"))

@@ -38,7 +38,7 @@ class RecordingScheduler(LeasedScheduler):
 @pytest.fixture
 def beat_app() -> Celery:
     """A Celery app whose schedule is one entry due every 0.1 s."""
-    beat = Celery("lease-test", broker=settings.REDIS_URL)
+    beat = Celery("lease-test", broker=settings.REDIS_URL, set_as_current=False)
     beat.conf.beat_schedule = {"probe": {"task": "probe", "schedule": 0.1}}
     return beat
 
