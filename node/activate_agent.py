@@ -13,6 +13,8 @@ nonce and body, and every answer must carry the platform's HMAC of its status, t
 its body. Whoever sits on the way (a neighbour holding the relay's port, or reading the plain
 HTTP between node and login host) can neither make a request count twice nor answer in the
 platform's name: an answer that is not signed is a network error, retried, whatever its status.
+A platform too busy to answer a beat in time says so in a signed 503 with the seconds to wait:
+the agent waits that long plus jitter, still connected, and does not count it as a failure.
 Requests are timed by the platform's clock as its signed answers tell it, carried on by this
 node's monotonic clock (``Clock``), so the node's clock stepping does not make them stale.
 
@@ -31,6 +33,7 @@ import hmac
 import http.client
 import json
 import os
+import random
 import re
 import select
 import signal
@@ -43,7 +46,7 @@ import urllib.request
 from binascii import hexlify
 from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
-GONE, FORBIDDEN, NOT_YET, OUTSIDE_WINDOW = 410, 403, 409, 425
+GONE, FORBIDDEN, NOT_YET, OUTSIDE_WINDOW, OVERLOADED = 410, 403, 409, 425, 503
 SCHEME = "ActivateHMAC"
 SIGNATURE_HEADER = "X-Activate-Signature"
 SESSION_FLAG = b"--activate-session"
@@ -60,11 +63,13 @@ class Unverified(Exception):
 
 
 class Refused(Exception):
-    """A signed answer other than success."""
+    """A signed answer other than success; ``retry_after`` the seconds a signed 503 says to
+    wait (the platform shed the call), None otherwise."""
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, retry_after: Optional[float] = None) -> None:
         super().__init__("HTTP %d" % status)
         self.status = status
+        self.retry_after = retry_after
 
 
 def log(message: str) -> None:
@@ -259,13 +264,29 @@ class Clock:
         self.base, self.at = server_time, time.monotonic()
 
 
-def server_time(answer: bytes) -> Optional[float]:
-    """The platform's time a signed answer carries, if it does."""
+def answered_number(answer: bytes, name: str) -> Optional[float]:
+    """A number a signed answer carries as ``name``, if it does."""
     try:
-        value = json.loads(answer.decode() or "{}").get("server_time")
+        value = json.loads(answer.decode() or "{}").get(name)
         return float(value) if value is not None else None
     except (ValueError, TypeError, AttributeError):
         return None
+
+
+def server_time(answer: bytes) -> Optional[float]:
+    """The platform's time a signed answer carries, if it does."""
+    return answered_number(answer, "server_time")
+
+
+def retry_after(status: int, answer: bytes) -> Optional[float]:
+    """The seconds a signed 503 says to wait before calling again (the platform shed the call),
+    if it says so: never from an unsigned answer, so nobody on the way can hold a beat back."""
+    if status != OVERLOADED:
+        return None
+    seconds = answered_number(answer, "retry_after")
+    if seconds is None or not 0 <= seconds < 86400:
+        return None
+    return seconds
 
 
 class Platform:
@@ -293,7 +314,7 @@ class Platform:
             log("the platform's clock is %+.1f s from this node's; re-based" % self.offset())
             status, answer = self._signed(path, body)
         if status != 200:
-            raise Refused(status)
+            raise Refused(status, retry_after(status, answer))
         return json.loads(answer.decode() or "{}")
 
     def offset(self) -> float:
@@ -568,6 +589,8 @@ class Agent:
         self.unsent = None  # type: Optional[Report]
         # Short blips are retried quickly; a long outage is retried at the heartbeat interval.
         self.retry_delay = min(2.0, interval)
+        # Seconds the platform, overloaded, said to wait before the next call (with jitter).
+        self.backing_off = None  # type: Optional[float]
 
     def call(self, path: str, payload: dict) -> Optional[dict]:
         """The signed answer, or None when the call is to be retried; SystemExit on a signed
@@ -583,6 +606,12 @@ class Agent:
                 raise SystemExit(3) from None
             if exc.status == NOT_YET:
                 self.connected = False
+            elif exc.retry_after is not None:
+                # The platform shed the call: not an error of ours nor its, just too many at
+                # once. Wait as told, plus jitter so the herd it sent away comes back spread.
+                jitter = random.uniform(0, exc.retry_after / 2)  # noqa: S311 - no secret
+                self.backing_off = exc.retry_after + jitter
+                log("the platform is overloaded; next call in %.1f s" % self.backing_off)
             else:
                 log("server answered %s; retrying" % exc)
             return None
@@ -595,12 +624,19 @@ class Agent:
         self.retry_delay = min(2.0, self.interval)
         return answer
 
+    def delay(self) -> float:
+        """Seconds until a call that is to be retried is sent again."""
+        if self.backing_off is not None:
+            delay, self.backing_off = self.backing_off, None
+            return delay
+        return self.retry_delay
+
     def beat(self) -> float:
         """Connect or beat; seconds until the next one."""
         if not self.connected:
             answer = self.call("/agent/v1/connect", self.identity)
             if answer is None:
-                return self.retry_delay
+                return self.delay()
             self.interval = float(answer.get("heartbeat_interval", self.interval))
             try:
                 self.activity_interval = max(0.0, float(answer.get("activity_interval") or 0))
@@ -612,7 +648,7 @@ class Agent:
             payload = {"worker": self.identity["worker"]}
             payload.update(self.activity_fields())
             if self.call("/agent/v1/heartbeat", payload) is None:
-                return self.retry_delay
+                return self.delay()
             if "span" in payload:
                 self.unsent = None
         return self.interval
@@ -673,7 +709,7 @@ def main() -> int:
             if agent.report(ended):
                 ended.clear()
             else:
-                next_report = time.monotonic() + agent.retry_delay
+                next_report = time.monotonic() + agent.delay()
         if time.monotonic() >= next_beat:
             next_beat = time.monotonic() + agent.beat()
         time.sleep(max(0.05, min(WATCH_EVERY, next_beat - time.monotonic())))
