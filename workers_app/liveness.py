@@ -26,6 +26,9 @@ AGENT_PREFIX = "activate:agent:"
 LAST_SWEEP_KEY = "activate:hb-last-sweep"
 DEAF_KEY = "activate:hb-deaf"
 BREAKER_PREFIX = "activate:hb-breaker:"
+# Beats the agents' server shed (a hash: "count" in the window, "last" Redis's time of the last
+# note) kept for a heartbeat timeout after each note, and their total since Redis began.
+SHED_PREFIX = "activate:hb-shed:"
 CONFIRM_PREFIX = "activate:hb-confirm:"
 
 
@@ -89,6 +92,54 @@ class SweepRecord:
     def clear_deaf(self) -> bool:
         """Whether the platform had been deaf (exactly one caller sees True)."""
         return bool(self.redis.delete(DEAF_KEY))
+
+
+def _shed_key() -> str:
+    return f"{SHED_PREFIX}{settings.ACTIVATE_INSTALLATION_ID}"
+
+
+# One round trip, on Redis's clock: the window lasts a heartbeat timeout from the last note.
+NOTE_SHED = """
+local clock = redis.call('TIME')
+redis.call('HINCRBY', KEYS[1], 'count', ARGV[1])
+redis.call('HSET', KEYS[1], 'last', clock[1] .. '.' .. string.format('%06d', clock[2]))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('INCRBY', KEYS[2], ARGV[1])
+"""
+
+
+class ShedRecord:
+    """Beats the agents' server shed (answered "retry after N s" with nothing done), as the
+    heartbeat sweep reads them: like a relay that shed calls (relays.note_shedding), the
+    platform counts nobody's silence for a heartbeat timeout after it last shed, since the
+    silence may be a beat it refused."""
+
+    def __init__(self, client: redis.Redis | None = None) -> None:
+        self.redis = client or redis_client()
+        self.key = _shed_key()
+        self.total_key = f"{self.key}:total"
+
+    def note_arguments(self, count: int) -> tuple[list[str], list[int]]:
+        """NOTE_SHED's keys and arguments for ``count`` beats shed (the agents' server runs it
+        with redis.asyncio)."""
+        return [self.key, self.total_key], [count, liveness_ttl_ms()]
+
+    def note(self, count: int) -> None:
+        keys, args = self.note_arguments(count)
+        self.redis.eval(NOTE_SHED, len(keys), *keys, *args)
+
+    def shed_lately(self) -> bool:
+        """Whether beats were shed within the last heartbeat timeout."""
+        return bool(self.redis.exists(self.key))
+
+    def window(self) -> tuple[int, float | None]:
+        """Beats shed in the current window and Redis's time of the last (0, None: none)."""
+        values = self.redis.hmget(self.key, ["count", "last"])
+        count, last = values
+        return int(count or 0), float(last) if last is not None else None
+
+    def total(self) -> int:
+        return int(self.redis.get(self.total_key) or 0)
 
 
 class Breakers:

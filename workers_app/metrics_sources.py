@@ -11,7 +11,7 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from core.sweep_lag import sweep_lag
-from workers_app.liveness import Breakers
+from workers_app.liveness import Breakers, ShedRecord
 from workers_app.models import AgentRelay, Cluster, Reachability, RelayState, Worker
 from workers_app.statuses import LIVE, WorkerStatus
 
@@ -103,3 +103,15 @@ def sweeps_and_breakers() -> Iterator[Metric]:
     for cluster_id, breaker in Breakers().all_open().items():
         held.add_metric([names.get(cluster_id, str(cluster_id))], breaker.get("silent", 0))
     yield held
+    sheds = ShedRecord()
+    yield CounterMetricFamily(
+        "activate_agent_beats_shed",
+        "Beats the agents' server shed (answered a signed retry-after, nothing done)",
+        value=sheds.total(),
+    )
+    yield GaugeMetricFamily(
+        "activate_agent_beats_shed_window",
+        "Beats shed within a heartbeat timeout of the last: while above 0 the heartbeat sweep "
+        "counts nobody's silence",
+        value=sheds.window()[0],
+    )

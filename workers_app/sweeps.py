@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from workers_app import idle, relays
 from workers_app.actions import lifecycle
-from workers_app.liveness import Breakers, Liveness, SweepRecord
+from workers_app.liveness import Breakers, Liveness, ShedRecord, SweepRecord
 from workers_app.models import Worker
 from workers_app.statuses import WorkerStatus
 
@@ -79,7 +79,8 @@ def sweep_heartbeats(
 
     Silence counts only while the platform could demonstrably hear: after any gap on its own
     side (Redis lost its data, the sweeps did not run, the agents' endpoint did not answer),
-    every connected worker gets a fresh grace period instead. The sweep's own time is written
+    every connected worker gets a fresh grace period instead; while the agents' server shed
+    beats lately (a heartbeat timeout), nobody's silence counts. The sweep's own time is written
     last, so a sweep that fails (database or Redis down) leaves a gap the next one sees.
     """
     store = store or Liveness()
@@ -115,6 +116,15 @@ def sweep_heartbeats(
         # Redis was replaced by an older copy of itself while this sweep read it (a restored
         # snapshot, a stale replica promoted): its expired keys are not silence.
         _grant_grace(store, GONE_BACK)
+        record.note_sweep(now)
+        return 0
+    if silent and ShedRecord(store.redis).shed_lately():
+        # As for a relay that shed calls: a beat the platform refused is not the agent's silence.
+        log.warning(
+            "the agents' server shed beats within a heartbeat timeout: %d silent workers are "
+            "not lost",
+            len(silent),
+        )
         record.note_sweep(now)
         return 0
     stopped = 0
