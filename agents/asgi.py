@@ -6,7 +6,9 @@ their ceiling (see docs/benchmarks.md), so a beat is answered here: the same che
 and the same one Redis round trip (agents/beats.py: BEAT_SCRIPT, which also remembers the nonce),
 with redis.asyncio on the server's event loop; the answer is signed like the view's. Whatever
 needs the database (an agent whose identity is not cached, the once-a-minute "last seen") goes
-to the service in a thread; every other request, and every other path, is Django's.
+to the service in a thread; every other request, and every other path, is Django's. A beat
+this process cannot answer within its budget is shed once its signature is checked, before any
+of that (agents/admission.py): answered a signed 503 saying when to try again.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import asyncio
 import functools
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.urls import reverse
 from redis.exceptions import RedisError
@@ -26,13 +30,15 @@ from redis.exceptions import RedisError
 from agents import service as agent_service
 from agents import signing
 from agents.activity import ActivityReport
+from agents.admission import AdmissionGate
 from agents.beats import BEAT_SCRIPT, AgentBeats, accepted, beat_outcome
-from agents.errors import AgentRefused
+from agents.errors import AgentRefused, Overloaded
 from agents.payloads import MAX_BODY, beat_answer, parse_beat
 from agents.service import LAST_SEEN_GRANULARITY
 from agents.signing import SignedCall
 from core import metrics as families
 from core.redis_connection import async_redis_client
+from workers_app.liveness import NOTE_SHED, ShedRecord
 
 log = logging.getLogger(__name__)
 # The server's own access log (uvicorn's is off): every request but the successful beats, which
@@ -69,14 +75,23 @@ class AgentServer:
         # Only its key names and TTL are used: it holds a synchronous client, never called here.
         self.beats = AgentBeats()
         self.seen = SeenWrites(_write_seen)
+        self.sheds = ShedRecord()  # its key names only, as for self.beats
+        self.note_shed_script = self.redis.register_script(NOTE_SHED)
+        self.gate = AdmissionGate(
+            budget=settings.ACTIVATE_AGENT_BEAT_BUDGET_MS / 1000,
+            in_flight_limit=settings.ACTIVATE_AGENT_BEATS_IN_FLIGHT,
+            retry_after_max=settings.ACTIVATE_AGENT_RETRY_AFTER_MAX,
+            note_shed=self._note_shed,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "http" and scope["path"] == self.path and scope["method"] == "POST":
-            status, body, call = await self._heartbeat(scope, receive)
+            self.gate.start()
+            status, body, call, headers = await self._heartbeat(scope, receive)
             families.heartbeat_answered(status)
-            headers = [
+            headers += [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
             ]
@@ -105,27 +120,42 @@ class AgentServer:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                self.gate.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                self.gate.stop()
                 await self.redis.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
     async def _heartbeat(
         self, scope: Scope, receive: Receive
-    ) -> tuple[int, bytes, SignedCall | None]:
+    ) -> tuple[int, bytes, SignedCall | None, list[tuple[bytes, bytes]]]:
+        """A beat's status, body, checked call (None if it was not) and headers of its own."""
         call = None
         try:
             body = await _read_body(receive)
             call = signing.verify_request(_header(scope, b"authorization"), "POST", self.path, body)
-            activity, problem = parse_beat(body, call.worker)
-            await self._beat(call, activity)
+            self.gate.admit()
+            try:
+                activity, problem = parse_beat(body, call.worker)
+                await self._beat(call, activity)
+            finally:
+                self.gate.done()
+        except Overloaded as exc:
+            # For clients that read the header; the agent reads the signed body's.
+            retry = [(b"retry-after", str(math.ceil(exc.retry_after)).encode())]
+            return exc.status, json.dumps(exc.answer()).encode(), call, retry
         except AgentRefused as exc:
-            return exc.status, json.dumps(exc.answer()).encode(), call
+            return exc.status, json.dumps(exc.answer()).encode(), call, []
         except RedisError as exc:
             log.warning("heartbeat not recorded, Redis did not answer: %s", exc)
-            return 503, json.dumps({"error": "heartbeat store unavailable"}).encode(), call
-        return 200, json.dumps(beat_answer(problem)).encode() if problem else OK, call
+            return 503, json.dumps({"error": "heartbeat store unavailable"}).encode(), call, []
+        return 200, json.dumps(beat_answer(problem)).encode() if problem else OK, call, []
+
+    async def _note_shed(self, count: int) -> None:
+        keys, args = self.sheds.note_arguments(count)
+        await self.note_shed_script(keys=keys, args=args)
 
     async def _beat(self, call: SignedCall, activity: ActivityReport | None) -> None:
         arguments = self.beats.beat_arguments(

@@ -36,3 +36,20 @@ class TimeRefused(AgentRefused):
 
     def answer(self) -> dict[str, str]:
         return {"error": self.message, "server_time": server_time(self.now)}
+
+
+# A beat the agents' server had no room for: the signed answer says when to try again.
+OVERLOADED = 503
+
+
+class Overloaded(AgentRefused):
+    """A signed beat the agents' server shed, before any database or Redis work, because it
+    could not answer it within its budget: answered signed, with the seconds (``retry_after``)
+    the agent waits, plus jitter of its own, before its next beat."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(OVERLOADED, "the agents' server is overloaded; retry after the delay")
+        self.retry_after = retry_after
+
+    def answer(self) -> dict[str, str]:
+        return {"error": self.message, "retry_after": f"{self.retry_after:.1f}"}

@@ -121,6 +121,16 @@ ACTIVATE_HEARTBEAT_TIMEOUT = env.number("ACTIVATE_HEARTBEAT_TIMEOUT", 120, minim
 # Seconds an agent's signed request may be early or late (its timestamp against this server's
 # clock); each request's nonce is remembered twice that long, so none is accepted twice.
 ACTIVATE_AGENT_SIGNATURE_WINDOW = env.number("ACTIVATE_AGENT_SIGNATURE_WINDOW", 60, minimum=1)
+# The agents' server's admission of beats (agents/admission.py), in each of its processes: a
+# beat is shed, answered a signed "retry after N s" before any database or Redis work, while
+# the event loop runs later than the budget (milliseconds: every beat waiting in it waits that
+# long) or this many beats are between admission and answer. N grows with the share shed and
+# is at most ACTIVATE_AGENT_RETRY_AFTER_MAX seconds.
+ACTIVATE_AGENT_BEAT_BUDGET_MS = env.number("ACTIVATE_AGENT_BEAT_BUDGET_MS", 50, minimum=1)
+ACTIVATE_AGENT_BEATS_IN_FLIGHT = env.integer("ACTIVATE_AGENT_BEATS_IN_FLIGHT", 256, minimum=1)
+ACTIVATE_AGENT_RETRY_AFTER_MAX = env.number(
+    "ACTIVATE_AGENT_RETRY_AFTER_MAX", ACTIVATE_HEARTBEAT_INTERVAL, minimum=0.1
+)
 ACTIVATE_PURGE_AFTER = env.number("ACTIVATE_PURGE_AFTER", 3600, minimum=0)
 ACTIVATE_POLL_INTERVAL = env.number("ACTIVATE_POLL_INTERVAL", 30, minimum=0.1)
 ACTIVATE_SWEEP_INTERVAL = env.number("ACTIVATE_SWEEP_INTERVAL", 10, minimum=0.1)
@@ -244,6 +254,12 @@ require_less_than(
 )
 require_less_than(
     ("ACTIVATE_SWEEP_INTERVAL", ACTIVATE_SWEEP_INTERVAL),
+    ("ACTIVATE_HEARTBEAT_TIMEOUT", ACTIVATE_HEARTBEAT_TIMEOUT),
+)
+# An agent told to retry after N s waits up to 1.5 N (its jitter): it beats again while the
+# sweep still forgives the silence of the beat it was refused (a heartbeat timeout).
+require_less_than(
+    ("1.5 * ACTIVATE_AGENT_RETRY_AFTER_MAX", 1.5 * ACTIVATE_AGENT_RETRY_AFTER_MAX),
     ("ACTIVATE_HEARTBEAT_TIMEOUT", ACTIVATE_HEARTBEAT_TIMEOUT),
 )
 require_less_than(
