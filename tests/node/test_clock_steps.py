@@ -3,19 +3,13 @@ real agents' server (`scripts/start.sh agents`), its clock stepped 10 minutes fo
 while it beats, or 10 minutes off when it starts. The worker stays connected: its liveness key
 never lapses and every beat but the one re-timed after a step is accepted.
 
-The step is made in the agent's process only. A wall clock step (NTP, an operator) moves the
-realtime clock and never the monotonic one; libfaketime (Debian's faketime) cannot keep the
-monotonic clock real on this Python (its clock_nanosleep then fails with EINVAL), so steps
-while the agent runs are made by a bootstrap whose time.time() adds the offset read from a file
-at each call. An agent that starts on a clock already 10 minutes off runs under libfaketime
-itself (a constant offset on both clocks).
+The step is made in the agent's process only (harness/clocks.py says how); `python -m drills
+clock_step` steps the agents of real jobs beside the whole platform.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,33 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from harness.clocks import StepFile, beats_answered, start_agent, watch
 from harness.platform import Platform
-from node import activate_agent
 from tests.agents.heartbeats.signed import worker_with_key
-from tests.node.test_kept_connections import beats_answered
-from workers_app.liveness import Liveness
 from workers_app.models import Worker
 from workers_app.statuses import WorkerStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
-AGENT = Path(activate_agent.__file__)
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 STEP = 600.0
 # Each clock held this long: past the heartbeat timeout (6 s in the tests' knobs).
 HOLD = 8.0
-
-# time.time() as the node's wall clock with the offset the file says: the monotonic clock
-# (the agent's sleeps, its clock between answers) is left alone, as a step leaves it.
-STEPPED_CLOCK = """
-import os, runpy, sys, time
-real, path = time.time, os.environ["STEP_FILE"]
-def stepped():
-    with open(path) as handle:
-        return real() + float(handle.read() or 0)
-time.time = stepped
-sys.argv = [sys.argv[1]]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
 
 
 @dataclass
@@ -57,10 +34,10 @@ class RunningAgent:
     process: subprocess.Popen[bytes]
     worker: Worker
     log: Path
-    step_file: Path
+    clock: StepFile
 
     def step_to(self, offset: float) -> None:
-        self.step_file.write_text(repr(offset))
+        self.clock.step_to(offset)
 
 
 @pytest.fixture
@@ -73,31 +50,17 @@ def platform(tmp_path: Path) -> Iterator[Platform]:
         platform.stop_all()
 
 
-def start_agent(
-    platform: Platform, tmp_path: Path, *, offset: float = 0.0, faketime: str = ""
-) -> RunningAgent:
-    """The agent as a job script starts it, on a node clock ``offset`` seconds off (steppable
-    while it runs), or under libfaketime's ``faketime`` offset."""
+def start_stepped_agent(platform: Platform, tmp_path: Path, *, faketime: str = "") -> RunningAgent:
+    """The agent as a job script starts it, on a node clock steppable while it runs (at 0), or
+    under libfaketime's ``faketime`` offset."""
     worker, signed = worker_with_key()
-    step_file = tmp_path / "clock-offset"
-    step_file.write_text(repr(offset))
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("ACTIVATE_")},
-        "ACTIVATE_URL": platform.agent_url,
-        "ACTIVATE_WORKER_ID": worker.public_id,
-        "ACTIVATE_AGENT_KEY_ID": signed.key_id,
-        "ACTIVATE_AGENT_KEY": signed.key,
-        "ACTIVATE_HEARTBEAT_INTERVAL": "1",
-        "STEP_FILE": str(step_file),
-    }
-    argv = [sys.executable, "-c", STEPPED_CLOCK, str(AGENT)]
-    if faketime:
-        env.update({"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": faketime})
-        argv = [sys.executable, str(AGENT)]
+    clock = StepFile(tmp_path / "clock-offset")
+    clock.step_to(0.0)
     log = tmp_path / "agent.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT)
-    return RunningAgent(process, worker, log, step_file)
+    process = start_agent(
+        platform.agent_url, signed, log, clock=None if faketime else clock, faketime=faketime
+    )
+    return RunningAgent(process, worker, log, clock)
 
 
 def status(worker: Worker) -> str:
@@ -117,14 +80,7 @@ def wait_connected(agent: RunningAgent, within: float = 15.0) -> float:
 def lapses_while(agent: RunningAgent, seconds: float) -> int:
     """How many times in ``seconds`` (looked at every 0.1 s) the worker's liveness key was
     found missing or the worker no longer connected."""
-    store = Liveness()
-    lapses = 0
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        if not store.alive([agent.worker.pk]) or status(agent.worker) != WorkerStatus.CONNECTED:
-            lapses += 1
-        time.sleep(0.1)
-    return lapses
+    return watch([agent.worker.pk], seconds).lapses[agent.worker.pk]
 
 
 def stop(agent: RunningAgent) -> str:
@@ -147,7 +103,7 @@ def test_a_worker_stays_connected_while_its_nodes_clock_steps_ten_minutes_forwar
     platform: Platform, tmp_path: Path, agents: list[RunningAgent]
 ) -> None:
     # Given the real agent, connected and beating every second
-    agent = start_agent(platform, tmp_path)
+    agent = start_stepped_agent(platform, tmp_path)
     agents.append(agent)
     wait_connected(agent)
     assert lapses_while(agent, 2.0) == 0
@@ -159,8 +115,8 @@ def test_a_worker_stays_connected_while_its_nodes_clock_steps_ten_minutes_forwar
         lapses[offset] = lapses_while(agent, HOLD)
     # Then its liveness key never lapsed, it was never stopped, and no beat was refused
     assert lapses == {STEP: 0, 0.0: 0, -STEP: 0}, agent.log.read_text()
-    received, refused = beats_answered(platform)
-    assert refused == 0 and received >= 3 * HOLD - 3, (received, refused)
+    answered = beats_answered(platform.workdir / "metrics")
+    assert not answered.refused and answered.received >= 3 * HOLD - 3, answered
     assert agent.process.poll() is None
     assert "re-based" not in stop(agent)
 
@@ -170,14 +126,13 @@ def test_an_agent_started_on_a_clock_ten_minutes_off_connects_and_beats_on_the_p
     platform: Platform, tmp_path: Path, agents: list[RunningAgent], ahead: str
 ) -> None:
     # Given a node whose clock is 10 minutes off (both its clocks, under libfaketime)
-    agent = start_agent(platform, tmp_path, faketime=ahead)
+    agent = start_stepped_agent(platform, tmp_path, faketime=ahead)
     agents.append(agent)
     # When its agent starts: its first call is refused for its time (a signed 425 with the
     # platform's), re-based, and sent again at once
     assert wait_connected(agent) < 5
     # Then it beats on the platform's time: never lapsing, nothing refused again
     assert lapses_while(agent, HOLD) == 0
-    received, _refused = beats_answered(platform)
-    assert received >= HOLD - 2
+    assert beats_answered(platform.workdir / "metrics").received >= HOLD - 2
     log = stop(agent)
     assert log.count("re-based") == 1, log
