@@ -16,6 +16,7 @@ from drills import (
     beat_failover,
     broker_outage,
     celery_kill,
+    clock_step,
     deletion,
     exec_flood,
     host_loss,
@@ -60,6 +61,7 @@ class Drills(Suite[DrillResult]):
         "redis_failover",
         "postgres_failover",
         "paused_holder",
+        "clock_step",
     )
     doc = __doc__ or ""
 
@@ -110,6 +112,7 @@ class Drills(Suite[DrillResult]):
             "redis_failover": lambda t: redis_failover.run(t),
             "paused_holder": lambda t: paused_holder.run(t),
             "postgres_failover": lambda t: postgres_failover.run(t),
+            "clock_step": lambda t: clock_step.run(t),
         }
 
     def could_not_run(self, name: str, exc: Exception) -> DrillResult:
