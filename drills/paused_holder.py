@@ -1,6 +1,8 @@
-"""The beat holder and the relay keeper paused (SIGSTOP) for twice their lease, then continued
-(SIGCONT): the other takes over meanwhile, and what the paused one does once continued is
-refused by its fence (core/lease.py).
+"""The beat holder, the relay keeper and a Celery worker mid-submission paused (SIGSTOP) for
+twice their lease, then continued (SIGCONT): the other takes over meanwhile, and what the paused
+one does once continued is refused by its fence (core/lease.py), or, for the submission, the
+other never submits while the paused one's lock (a PostgreSQL session advisory lock, which a
+stopped process's kernel keeps alive) stands: exactly one job.
 
 Two beats (a 5 s lease, sweeps every second) and two `run_relays` (a 2 s lease) run beside
 workers queued and connected, and a cluster whose agents go via the login host. Each round
@@ -8,7 +10,11 @@ pauses the beat holding the lease for two leases, continues it, and counts the w
 sweeps it sent after losing the lease against those the sweeper refused (every one must be);
 then pauses the relay keeper for two leases, waits for the other to keep the relay, continues
 it, and watches for three leases that the successor keeps its lease (the same fence), its row
-and its single relay on the login host. No status may change meanwhile.
+and its single relay on the login host. No status may change meanwhile. Then, with a second
+Celery worker running, it requests held workers, stops the whole Celery worker whose process
+holds one's submission lock (its agent secret committed, no job recorded: sbatch under way) for
+two submit leases, and checks that meanwhile the lock stays its and no second job appears under
+the worker's name, and that once continued every requested worker ends queued with one job.
 """
 
 from __future__ import annotations
@@ -25,10 +31,10 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from drills.drill import Drill, DrillResult, now, pause
+from drills.drill import Drill, DrillResult, now, pause, submitting_processes
 from harness import HarnessError
 from harness.cluster import SshTarget
-from harness.objects import ensure_environments, register_cluster
+from harness.objects import HELD_ENVIRONMENT, ensure_environments, job_name, register_cluster
 from harness.platform import Platform
 from harness.relays import relay_pids
 from harness.waiting import wait_for, wait_until
@@ -46,6 +52,7 @@ KNOBS = {
 }
 BEATS = ("beat-a", "beat-b")
 RELAYS = ("relays-a", "relays-b")
+CELERY_WORKERS = ("worker", "worker-b")
 RELAY_CLUSTER = "paused-holder-relay"
 SENT = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): INFO/\w+\] "
@@ -61,7 +68,8 @@ def run(target: SshTarget, *, rounds: int = 2) -> DrillResult:
             cluster = _relay_cluster(drill)
             platform.start_web()
             platform.start_agents()
-            platform.start_worker()
+            for name in CELERY_WORKERS:
+                platform.start_worker(name)
             platform.start_sweeper()
             for name in BEATS:
                 platform.start_beat(name)
@@ -74,15 +82,20 @@ def run(target: SshTarget, *, rounds: int = 2) -> DrillResult:
             for _ in range(rounds):
                 beats.append(_pause_beat(drill))
                 relays.append(_pause_relay(drill, cluster))
-            drill.result.repetitions = rounds
             changes = drill.changes_since(began, held + running)
             drill.check(not changes, f"status changed across a pause: {changes}")
+            submissions = [_pause_submitter(drill) for _ in range(rounds)]
+            drill.result.repetitions = rounds
+            lease = drill.knob("ACTIVATE_SUBMIT_LEASE")
             drill.note(
                 f"beat lease {BEAT_LEASE:g} s, holder paused {2 * BEAT_LEASE:g} s: "
                 + "; ".join(beats)
                 + f". Relay lease {RELAY_LEASE:g} s, keeper paused {2 * RELAY_LEASE:g} s: "
                 + "; ".join(relays)
-                + ". No status change"
+                + ". No status change. "
+                + f"Submit lease {lease:g} s, Celery worker paused mid-submission "
+                + f"{2 * lease:g} s: "
+                + "; ".join(submissions)
             )
             return drill.result
     finally:
@@ -205,6 +218,100 @@ def _pause_relay(drill: Drill, cluster: Cluster) -> str:
     return f"{other} kept the relay {took:.1f} s after the pause; {holder} continued: " + (
         "; ".join(problems[:3]) or "left it alone"
     )
+
+
+def _pause_submitter(drill: Drill, *, burst: int = 3, tries: int = 5) -> str:
+    """Stop the Celery worker holding a submission's lock for two submit leases, then continue
+    it: meanwhile the other worker and the dispatch sweep make no second job; then each
+    requested worker is queued with exactly one."""
+    from workers_app.models import Worker, WorkerEvent
+    from workers_app.statuses import WorkerStatus
+
+    platform = drill.platform
+    lease = drill.knob("ACTIVATE_SUBMIT_LEASE")
+    made: list[Worker] = []
+    caught = None
+    for _ in range(tries):
+        batch = drill.request(HELD_ENVIRONMENT, burst)
+        made += batch
+        caught, stopped = _stop_a_submitter(platform, {w.pk for w in batch})
+        if caught is not None:
+            break
+    if caught is None:
+        raise HarnessError(f"no submission was caught under way in {tries} tries")
+    worker_id, name = caught
+    group = platform.processes[name].pid
+    worker = Worker.objects.get(pk=worker_id)
+    most = 0
+    lock_kept = True
+    try:
+        while time.monotonic() - stopped < 2 * lease:
+            most = max(most, len(drill.job_ids(worker)))
+            lock_kept &= worker_id in submitting_processes(platform.child_pids(name))
+            time.sleep(0.5)
+        made_while_paused = bool(drill.job_ids(worker))
+    finally:
+        os.killpg(group, signal.SIGCONT)
+        paused_for = time.monotonic() - stopped
+    drill.check(most <= 1, f"{worker.public_id} had {most} jobs while its submitter was paused")
+    drill.check(lock_kept, f"{worker.public_id}'s submission lock left the paused {name}")
+    settle = drill.knob("ACTIVATE_TASK_VISIBILITY_TIMEOUT") + 60
+    continued = time.monotonic()
+    settled = drill.wait_status(made, {WorkerStatus.QUEUED}, timeout=settle)
+    took = time.monotonic() - continued
+    drill.check(settled, f"not all queued {settle:g} s after SIGCONT: {drill.statuses(made)}")
+    counts = drill.job_counts(made)
+    drill.check(all(n == 1 for n in counts.values()), f"jobs per worker: {counts}")
+    worker.refresh_from_db()
+    listed = drill.job_ids(worker)
+    drill.check(
+        listed == [worker.scheduler_job_id],
+        f"{job_name(worker.public_id)} records {worker.scheduler_job_id!r}, squeue has {listed}",
+    )
+    adopted = WorkerEvent.objects.filter(
+        worker=worker, reason__contains="already submitted; adopted"
+    ).exists()
+    return (
+        f"{name} paused {paused_for:.0f} s holding a submission's lock (its job "
+        f"{'made' if made_while_paused else 'not made'} meanwhile), lock "
+        f"{'kept' if lock_kept else 'lost'}, at most {most} job meanwhile; "
+        f"{'adopted by a later attempt' if adopted else 'recorded by the paused worker'}, "
+        f"all {len(made)} queued {took:.1f} s after SIGCONT with one job each"
+    )
+
+
+def _stop_a_submitter(platform: Platform, ids: set[int]) -> tuple[tuple[int, str] | None, float]:
+    """Once one of ``ids`` is being submitted (its agent secret committed, no job recorded: its
+    sbatch under way), stop every Celery worker at once, then continue those that do not hold
+    that submission's lock. (worker id, the stopped worker's name) and when it was stopped, or
+    None when the submission ended before the stop."""
+    from workers_app.models import Worker
+    from workers_app.statuses import WorkerStatus
+
+    submitting = Worker.objects.filter(
+        pk__in=list(ids), status=WorkerStatus.PENDING, scheduler_job_id=""
+    ).exclude(agent_secret_hash="")
+    try:
+        wait_for(lambda: list(submitting.values_list("pk", flat=True)), timeout=60, interval=0.002)
+    except TimeoutError:
+        return None, 0.0
+    groups = {name: platform.processes[name].pid for name in CELERY_WORKERS}
+    for group in groups.values():
+        os.killpg(group, signal.SIGSTOP)
+    stopped = time.monotonic()
+    still = set(submitting.values_list("pk", flat=True))
+    caught = next(
+        (
+            (worker, name)
+            for name in CELERY_WORKERS
+            for worker in sorted(set(submitting_processes(platform.child_pids(name))) & still)
+        ),
+        None,
+    )
+    for name, group in groups.items():
+        if caught is None or name != caught[1]:
+            os.killpg(group, signal.SIGCONT)
+    return caught, stopped
 
 
 def _watch(
