@@ -9,7 +9,8 @@ from core import watchdog
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "activate.settings.dev")
 
-app = Celery("activate")
+# Every task a leased beat sends is fenced where it lands (core/beat.py).
+app = Celery("activate", task_cls="core.beat:FencedTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

@@ -9,7 +9,9 @@ a standby asks every STANDBY_SHARE of one.
 ACTIVATE_BEAT_LEASE=0 turns the lease off: every beat process sends.
 
 Fencing (core/lease.py): every task the holder sends carries its holding's fence in a message
-header (FENCE_HEADER), and the sweeps check it at their entry (``refuses``, one Redis script):
+header (FENCE_HEADER), and every task checks it at its entry (``FencedTask``, the platform app's
+task class, so a scheduled task of any app is fenced without saying so; ``refuses``, one Redis
+script):
 a task sent by a holder that was paused between its last renewal and the send, and continued
 after another beat took the lease, finds another fence in the lease and does nothing, logged
 and counted in ``<lease key>:refused``. The check is at the task's entry, not at each write:
@@ -155,6 +157,16 @@ def _carry_fence(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
     fence = _sending.get()
     if fence and headers is not None:
         headers[FENCE_HEADER] = fence
+
+
+class FencedTask(Task):
+    """The platform's task class: a task that a leased beat sent runs only while the fence it
+    carries is the lease's (None, having done nothing, when it is not)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if refuses(self):
+            return None
+        return super().__call__(*args, **kwargs)
 
 
 def refuses(task: Task) -> bool:

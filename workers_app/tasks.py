@@ -10,7 +10,7 @@ from celery import Task, shared_task
 from celery.signals import task_postrun
 from django.conf import settings
 
-from core import beat, sweep_lag
+from core import sweep_lag
 from workers_app import cluster_access as connections
 from workers_app import sweeps
 from workers_app.actions import clusters, jobs
@@ -52,10 +52,8 @@ def poll_cluster(cluster_id: int) -> int:
     return jobs.poll_cluster(cluster_id)
 
 
-@shared_task(bind=True)
-def poll_clusters(self: Task) -> int:
-    if beat.refuses(self):
-        return 0
+@shared_task
+def poll_clusters() -> int:
     ids = list(
         Worker.objects.to_poll()
         .order_by("cluster_id")
@@ -81,37 +79,29 @@ def _in_batches(task: Task, batch: Callable[[int], int]) -> int:
             return handled
 
 
-@shared_task(bind=True)
-def sweep_timeouts(self: Task) -> int:
-    if beat.refuses(self):
-        return 0
+@shared_task
+def sweep_timeouts() -> int:
     handled = _in_batches(sweep_timeouts, lambda limit: sweeps.sweep_timeouts(limit=limit))
     sweep_lag.note_completed("timeouts")
     return handled
 
 
-@shared_task(bind=True)
-def sweep_idle(self: Task) -> dict[str, int]:
-    if beat.refuses(self):
-        return {}
+@shared_task
+def sweep_idle() -> dict[str, int]:
     done = sweeps.sweep_idle_workers()
     sweep_lag.note_completed("idle")
     return done
 
 
-@shared_task(bind=True)
-def sweep_terminals(self: Task) -> int:
-    if beat.refuses(self):
-        return 0
+@shared_task
+def sweep_terminals() -> int:
     closed = terminals.close_lost_terminals()
     sweep_lag.note_completed("terminals")
     return closed
 
 
-@shared_task(bind=True)
-def sweep_heartbeats(self: Task) -> int:
-    if beat.refuses(self):
-        return 0
+@shared_task
+def sweep_heartbeats() -> int:
     stopped = sweeps.sweep_heartbeats()
     sweep_lag.note_completed("heartbeats")
     return stopped
@@ -125,10 +115,8 @@ def _dispatch_batch(limit: int) -> int:
     return len(ids)
 
 
-@shared_task(bind=True)
-def dispatch_pending(self: Task) -> int:
-    if beat.refuses(self):
-        return 0
+@shared_task
+def dispatch_pending() -> int:
     return _in_batches(dispatch_pending, _dispatch_batch)
 
 
@@ -137,10 +125,8 @@ def probe_cluster(cluster_id: int) -> bool:
     return clusters.probe_cluster(cluster_id)
 
 
-@shared_task(bind=True)
-def probe_clusters(self: Task) -> int:
-    if beat.refuses(self):
-        return 0
+@shared_task
+def probe_clusters() -> int:
     ids = list(Cluster.objects.values_list("pk", flat=True))
     return _fan_out(probe_cluster, ids, expires=settings.ACTIVATE_PROBE_INTERVAL)
 
@@ -150,9 +136,7 @@ def reconcile_cluster(cluster_id: int) -> list[str]:
     return jobs.reconcile_cluster(cluster_id)
 
 
-@shared_task(bind=True)
-def reconcile_clusters(self: Task) -> int:
-    if beat.refuses(self):
-        return 0
+@shared_task
+def reconcile_clusters() -> int:
     ids = list(Cluster.objects.values_list("pk", flat=True))
     return _fan_out(reconcile_cluster, ids, expires=settings.ACTIVATE_RECONCILE_INTERVAL)

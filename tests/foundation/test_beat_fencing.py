@@ -5,6 +5,8 @@ Against the tests' real Redis, and a real sweeper for the paused holder."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -18,10 +20,12 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from django.apps import apps
 
+from activate.celery import app as platform_app
 from core import lease as leases
 from core import sweep_lag
-from core.beat import FENCE_HEADER, BeatLease, LeasedScheduler, lease_key
+from core.beat import FENCE_HEADER, BeatLease, FencedTask, LeasedScheduler, lease_key
 from core.redis_connection import redis_client
 from harness import REPO
 from harness.platform import Platform
@@ -70,7 +74,7 @@ def test_a_sweep_carrying_the_lease_s_fence_runs_and_a_stale_one_is_refused_and_
     # When the paused holder's sweep lands
     result = tasks.sweep_heartbeats.apply(headers={FENCE_HEADER: stale})
     # Then it did nothing, and was counted
-    assert result.get() == 0
+    assert result.get() is None
     assert sweep_lag.sweep_lag()["heartbeats"] is None
     assert refused() == 1
     # When the successor's lands, it sweeps
@@ -80,6 +84,48 @@ def test_a_sweep_carrying_the_lease_s_fence_runs_and_a_stale_one_is_refused_and_
     tasks.sweep_timeouts.apply()
     assert sweep_lag.sweep_lag()["timeouts"] is not None
     assert refused() == 1
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        "sessions_app.tasks.sweep_sessions",
+        "sessions_app.tasks.sweep_idle_sessions",
+        "notices_app.tasks.warn_walltimes",
+        "workers_app.tasks.sweep_idle",
+    ],
+)
+def test_every_scheduled_task_of_every_app_sent_under_a_stale_fence_does_nothing(
+    db: None, task: str
+) -> None:
+    # Given a holding replaced by another, and a scheduled task of any app the paused one sent
+    paused = BeatLease(redis_client(), lease_key(), 0.2, token="paused")
+    assert paused.hold()
+    time.sleep(0.3)
+    assert BeatLease(redis_client(), lease_key(), LEASE, token="successor").hold()
+    module, _, name = task.rpartition(".")
+    scheduled = getattr(importlib.import_module(module), name)
+    ran: list[str] = []
+    run = scheduled.run
+    scheduled.run = lambda *a, **k: ran.append(task)  # what it would have done
+    try:
+        # When it lands with the stale fence, and again with none (by hand)
+        scheduled.apply(headers={FENCE_HEADER: paused.fence})
+        refused_then = refused()
+        scheduled.apply()
+    finally:
+        scheduled.run = run
+    # Then the fenced one did nothing and was counted; the other ran
+    assert refused_then == 1 and ran == [task]
+
+
+def test_every_task_is_of_the_fenced_class() -> None:
+    # A task added to any app gets the check without saying so.
+    for app in apps.get_app_configs():
+        if importlib.util.find_spec(f"{app.name}.tasks") is not None:
+            importlib.import_module(f"{app.name}.tasks")
+    assert len(platform_app.tasks) > 20
+    assert [name for name, t in platform_app.tasks.items() if not isinstance(t, FencedTask)] == []
 
 
 def test_a_sweep_whose_sender_s_lease_lapsed_with_nobody_holding_it_is_refused(db: None) -> None:
