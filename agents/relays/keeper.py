@@ -22,7 +22,7 @@ from workers_app.actions import lifecycle
 from workers_app.cluster_access import new_connection
 from workers_app.models import AgentRelay, Cluster, RelayState
 from workers_app.relays.addresses import relay_fingerprint, relay_tag, upstream_address
-from workers_app.relays.records import note, note_shedding, note_started
+from workers_app.relays.records import Holding, note, note_shedding, note_started
 
 log = logging.getLogger(__name__)
 # How often a keeper looks for a dead relay or connection between its full checks.
@@ -69,8 +69,16 @@ class RelayKeeper:
 
     def start(self) -> None:
         # Taken over from a supervisor that had it running: setting it up again is a repair.
-        self.was_up = note_started(self.cluster_id, self.holder) in (RelayState.UP, RelayState.DOWN)
+        self.was_up = note_started(self.cluster_id, self.holding) in (
+            RelayState.UP,
+            RelayState.DOWN,
+        )
         self._thread.start()
+
+    @property
+    def holding(self) -> Holding:
+        """What the keeper's writes to the row carry: its holder and lease number (fence)."""
+        return Holding(self.holder, self.lease.number)
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
@@ -84,6 +92,7 @@ class RelayKeeper:
         if self.lease.held():
             note(
                 self.cluster_id,
+                self.holding,
                 state=state,
                 last_error=why,
                 forwarded_port=None,
@@ -118,7 +127,7 @@ class RelayKeeper:
     def step(self) -> bool:
         """One check: renew the lease, see that the relay works, set it up again if not.
         Returns False once the lease is lost (the keeper then ends)."""
-        if not self.lease.renew():
+        if not self._renew():
             self._close()
             log.warning("relay of %s: lease lost; another supervisor keeps it", self.cluster.name)
             return False
@@ -127,13 +136,31 @@ class RelayKeeper:
             problem = self.tunnel.problem()
             if problem is None:
                 self._note_shedding(self.tunnel.stderr_text())
-                note(self.cluster_id, checked_at=now)
-                return True
+                return self._noted(checked_at=now)
             log.warning("relay of %s lost: %s; setting it up again", self.cluster.name, problem)
             self._close()
-            note(self.cluster_id, state=RelayState.DOWN, last_error=problem, checked_at=now)
-        self._set_up()
-        return True
+            if not self._noted(state=RelayState.DOWN, last_error=problem, checked_at=now):
+                return False
+        return self._set_up()
+
+    def _renew(self) -> bool:
+        """Renew the lease; one that lapsed and was taken again with nobody between has a new
+        number, which the row follows while it is still the old holding's."""
+        before = self.holding
+        if not self.lease.renew():
+            return False
+        if self.lease.number == before.number:
+            return True
+        return note(self.cluster_id, before, fence=self.lease.number)
+
+    def _noted(self, **fields: object) -> bool:
+        """Write to the row, if it is still this holding's; if not, a later holding took it
+        (the lease was lost between the renewal and now): close the relay and end."""
+        if note(self.cluster_id, self.holding, **fields):
+            return True
+        self._close()
+        log.warning("relay of %s: its row is a later holding's; ending", self.cluster.name)
+        return False
 
     def _note_shedding(self, said: str) -> None:
         """A relay that shed calls since the last check (connections made to give way, refused
@@ -146,9 +173,11 @@ class RelayKeeper:
         if not self.shed_seen:
             log.warning("relay of %s sheds calls: %s", self.cluster.name, said[-300:])
         self.shed_seen = shed
-        note_shedding(self.cluster_id, report=said[said.rfind("shed=") :], now=timezone.now())
+        note_shedding(
+            self.cluster_id, self.holding, report=said[said.rfind("shed=") :], now=timezone.now()
+        )
 
-    def _set_up(self) -> None:
+    def _set_up(self) -> bool:
         address = (
             AgentRelay.objects.filter(cluster_id=self.cluster_id)
             .values_list("address", flat=True)
@@ -159,18 +188,14 @@ class RelayKeeper:
             tunnel = tunnel_for(self.cluster, address)
             endpoint = tunnel.open()
         except SSHError as exc:
-            note(
-                self.cluster_id,
-                state=RelayState.DOWN,
-                last_error=str(exc)[:2000],
-                checked_at=timezone.now(),
-            )
             log.warning("relay of %s cannot be set up: %s", self.cluster.name, exc)
-            return
-        if not self.lease.renew():
+            return self._noted(
+                state=RelayState.DOWN, last_error=str(exc)[:2000], checked_at=timezone.now()
+            )
+        if not self._renew():
             # Setting up outlasted the lease and someone else holds it now: theirs stands.
             tunnel.close()
-            return
+            return False
         self.tunnel = tunnel
         self.shed_seen = 0
         host = self.cluster.relay_host or endpoint.hostname
@@ -188,11 +213,13 @@ class RelayKeeper:
         if self.was_up:
             fields["repairs"] = F("repairs") + 1
         self.was_up = True
-        note(self.cluster_id, **fields)
+        if not self._noted(**fields):
+            return False
         if not address:
             # The first address agents can be given: what waited for it goes now, not at the
             # end of its backoff.
             lifecycle.attempt_pending_now(self.cluster_id, now=now)
+        return True
 
     def _close(self) -> None:
         tunnel, self.tunnel = self.tunnel, None

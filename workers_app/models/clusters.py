@@ -184,6 +184,9 @@ class AgentRelay(models.Model):
     # The login host's loopback port the SSH connection forwards (changes with each connection).
     forwarded_port = models.PositiveIntegerField(null=True, blank=True)
     holder = models.CharField(max_length=128, blank=True, help_text="run_relays process: host:pid")
+    # The relay lease's number of the holding that took the row (with ``holder``, its fence):
+    # a keeper writes only while the row is still its holding's (workers_app/relays/records.py).
+    fence = models.PositiveBigIntegerField(default=0)
     last_error = models.TextField(blank=True)
     up_since = models.DateTimeField(null=True, blank=True)
     checked_at = models.DateTimeField(null=True, blank=True)

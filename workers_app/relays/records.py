@@ -3,6 +3,7 @@ heartbeat sweep read from them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -12,28 +13,46 @@ from django.utils import timezone
 from workers_app.models import AgentRelay, AgentRoute, Cluster, RelayState
 
 
-def note(cluster_id: int, **fields: object) -> None:
-    AgentRelay.objects.filter(cluster_id=cluster_id).update(**fields)
+@dataclass(frozen=True)
+class Holding:
+    """A keeper's holding of a cluster's relay lease: whose, and the lease's number for it."""
+
+    holder: str
+    number: int
 
 
-def note_started(cluster_id: int, holder: str) -> str:
-    """A supervisor took the cluster's lease; returns the state the previous one left."""
+def note(cluster_id: int, holding: Holding, **fields: object) -> bool:
+    """Write what a keeper saw, if the row is still its holding's: False (nothing written) once
+    a later holding took it, so a keeper paused past its lease and continued writes nothing
+    over its successor's."""
+    mine = AgentRelay.objects.filter(
+        cluster_id=cluster_id, holder=holding.holder, fence=holding.number
+    )
+    return mine.update(**fields) == 1
+
+
+def note_started(cluster_id: int, holding: Holding) -> str:
+    """A supervisor took the cluster's lease: the row is its holding's from now on (taken even
+    from a higher number, since the lease, not the row, says who holds it: Redis may have lost
+    the counter). Returns the state the previous one left."""
     relay, _ = AgentRelay.objects.get_or_create(cluster_id=cluster_id)
     AgentRelay.objects.filter(pk=relay.pk).update(
         state=RelayState.STARTING,
-        holder=holder,
+        holder=holding.holder,
+        fence=holding.number,
         checked_at=timezone.now(),
         updated_at=timezone.now(),
     )
     return relay.state
 
 
-def note_shedding(cluster_id: int, *, report: str, now: datetime) -> None:
+def note_shedding(cluster_id: int, holding: Holding, *, report: str, now: datetime) -> bool:
     """The relay could not pass some calls (it made connections give way, refused them for want
     of slots, or could not reach the platform): they may have been agents' beats, so it counts
     as up, for the heartbeat sweep, only from now on, as after a repair."""
-    note(
+    return note(
         cluster_id,
+        holding,
         up_since=now,
         last_error=f"the relay shed calls, so no agent's silence counts meanwhile: {report}"[:2000],
         checked_at=now,

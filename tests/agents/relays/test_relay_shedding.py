@@ -70,8 +70,14 @@ def test_a_relay_shedding_calls_keeps_its_clusters_silent_workers_until_a_timeou
     cluster = keeper.cluster
     timeout = timedelta(seconds=settings.ACTIVATE_HEARTBEAT_TIMEOUT)
     long_ago = timezone.now() - 2 * timeout
+    # The keeper's row (as its start made it), up for long
     AgentRelay.objects.create(
-        cluster=cluster, state=RelayState.UP, up_since=long_ago, checked_at=timezone.now()
+        cluster=cluster,
+        state=RelayState.UP,
+        up_since=long_ago,
+        checked_at=timezone.now(),
+        holder=keeper.holder,
+        fence=keeper.lease.number,
     )
     Liveness().claim_reset()
     worker = silent_connected_worker(cluster)
