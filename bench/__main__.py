@@ -24,6 +24,7 @@ from bench import (
     polling,
     proxy_upload,
     scale,
+    shedding,
     submission,
     terminals,
 )
@@ -49,6 +50,7 @@ class Benchmarks(Suite[Outcome]):
         "proxy",
         "scale",
         "beats",
+        "shedding",
         "files",
     )
     doc = __doc__ or ""
@@ -119,6 +121,9 @@ class Benchmarks(Suite[Outcome]):
         group.add_argument("--beats-steady", type=float, default=30, help="seconds at 1 per 30 s")
         group.add_argument("--beats-burst", type=float, default=25, help="seconds at 10x that")
         group.add_argument("--beats-generators", type=int, default=2, help="load processes")
+        group = parser.add_argument_group("shedding")
+        group.add_argument("--shed-agents", type=int, default=10_000)
+        group.add_argument("--shed-burst", type=float, default=30, help="seconds at 10x")
 
     def runners(self, args: argparse.Namespace) -> dict[str, Callable[[SshTarget], Outcome]]:
         return {
@@ -170,6 +175,13 @@ class Benchmarks(Suite[Outcome]):
                 sizes=args.beats_sizes,
                 steady_duration=args.beats_steady,
                 burst_duration=args.beats_burst,
+                processes=args.beats_generators,
+                server_workers=args.server_workers,
+            ),
+            "shedding": lambda t: shedding.run(
+                t,
+                agents_count=args.shed_agents,
+                burst=args.shed_burst,
                 processes=args.beats_generators,
                 server_workers=args.server_workers,
             ),

@@ -19,6 +19,7 @@ import resource
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -174,14 +175,20 @@ async def run(plan: Path) -> dict[str, object]:
     }
 
 
-def main() -> int:
+def generate(load: Callable[[Path], Coroutine[object, object, dict[str, object]]]) -> int:
+    """A generator process's life: ``load`` of the plan named first, its result written to the
+    file named second; exit status 1 when it says "error"."""
     plan, out = Path(sys.argv[1]), Path(sys.argv[2])
     # One socket per beat in flight: a stalled server could hold thousands at once.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    result = uvloop.run(run(plan))
+    result = uvloop.run(load(plan))
     out.write_text(json.dumps(result))
     return 0 if "error" not in result else 1
+
+
+def main() -> int:
+    return generate(run)
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ ACTIVATE_AGENT_SIGNATURE_WINDOW = env.number("ACTIVATE_AGENT_SIGNATURE_WINDOW", 
 # long) or this many beats are between admission and answer. N grows with the share shed and
 # is at most ACTIVATE_AGENT_RETRY_AFTER_MAX seconds. The bound in flight stays under the 100
 # connections of the process's redis.asyncio pool: past them a beat fails ("Too many
-# connections", an unsigned-delay 503 the agent retries at once) instead of being shed.
+# connections", a signed 503 without a delay, retried at once) instead of being shed.
 ACTIVATE_AGENT_BEAT_BUDGET_MS = env.number("ACTIVATE_AGENT_BEAT_BUDGET_MS", 50, minimum=1)
 ACTIVATE_AGENT_BEATS_IN_FLIGHT = env.integer("ACTIVATE_AGENT_BEATS_IN_FLIGHT", 64, minimum=1)
 ACTIVATE_AGENT_RETRY_AFTER_MAX = env.number(
