@@ -91,6 +91,9 @@ class AgentServer:
             self.gate.start()
             status, body, call, headers = await self._heartbeat(scope, receive)
             families.heartbeat_answered(status)
+            # A shed beat (the one with a Retry-After) is not logged one by one: the gate says
+            # how many once a second, and a line each would cost what shedding saves.
+            logged = status != 200 and not headers
             headers += [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
@@ -100,7 +103,7 @@ class AgentServer:
                 headers.append((SIGNATURE_HEADER, signature.encode()))
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
-            if status != 200:
+            if logged:
                 _log_access(scope, status)
         elif scope["type"] == "http":
             status = 0

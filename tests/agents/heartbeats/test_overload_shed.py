@@ -132,6 +132,9 @@ def test_a_flooded_server_sheds_with_a_signed_retry_after_and_notes_what_it_shed
     assert record.total() == flood.shed()
     ttl = record.redis.pttl(record.key)
     assert 3000 < ttl <= 5000
+    # not one access log line a shed beat, but the gate's count once a second
+    assert server.log_count('"POST /agent/v1/heartbeat HTTP/1.1" 503') == 0
+    assert server.log_count("beats since the last note") >= 1
 
 
 def test_a_shed_beat_does_nothing(server: Platform) -> None:
