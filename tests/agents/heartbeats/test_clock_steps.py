@@ -18,11 +18,11 @@ import httpx
 import pytest
 
 from core.redis_connection import redis_client
+from harness.clocks import LIBFAKETIME
 from harness.platform import Platform
 from node import activate_agent
 from tests.agents.heartbeats.signed import worker_with_key
 from tests.agents.heartbeats.test_sweeps import connected_worker
-from tests.node.test_clock_steps import LIBFAKETIME
 from workers_app import sweeps
 from workers_app.liveness import PREFIX, Liveness
 from workers_app.models import Worker
