@@ -271,8 +271,9 @@ def _start_provider_once(
     reader.join(timeout)
     if found != [issuer]:
         code = process.poll()
-        provider.stop()
+        # Read before stopping: stop() removes the folder the log is in.
         log_text = provider.log_path.read_text(errors="replace")[-2000:]
+        provider.stop()
         how = f"exited with {code}" if code is not None else "still silent"
         raise HarnessError(
             f"the OpenID provider on port {port} did not start within "

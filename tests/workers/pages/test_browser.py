@@ -329,7 +329,9 @@ def test_a_user_requests_a_worker_watches_it_connect_copies_ssh_and_deletes_it(
     shell.screenshot(path=str(screenshots / "08b-terminal.png"))
     # The terminal is kept on the node (tmux): its tab closed, it is listed on the worker's row,
     # and opening it again goes on in the same shell.
-    shell.keyboard.type("export KEPT=kept-$((6*7))\n")
+    # Closed once the shell has run the line: a tab closed at once can take the Enter with it.
+    shell.keyboard.type("export KEPT=kept-$((6*7)); echo set-$KEPT\n")
+    wait_for(lambda: "set-kept-42" in on_screen(shell.locator(".xterm-rows")), timeout=30)
     shell.close()
     row.locator("a", has_text="terminal main").wait_for(timeout=30_000)
     shell = open_terminal(context, row, ui)
