@@ -68,7 +68,7 @@ def run(target: SshTarget, *, rounds: int = 3) -> DrillResult:
             platform.start_beat(holder)
             pause(3 * sweep)
         sends = {name: sweeps_sent(platform.workdir / f"{name}.log") for name in BEATS}
-        overlaps = _overlaps(sends, sweep)
+        overlaps = sweep_overlaps(sends, sweep)
         drill.result.repetitions = len(took)
         limit = LEASE
         drill.check(
@@ -122,7 +122,7 @@ def sweeps_sent(log: Path, *, after: float = 0.0) -> list[tuple[float, str]]:
     return [(at, entry) for at, entry in found if at > after]
 
 
-def _overlaps(sends: dict[str, list[tuple[float, str]]], sweep: float) -> list[str]:
+def sweep_overlaps(sends: dict[str, list[tuple[float, str]]], sweep: float) -> list[str]:
     """Sweep entries sent by different beats less than one interval apart."""
     merged = sorted((at, entry, name) for name, found in sends.items() for at, entry in found)
     last: dict[str, tuple[float, str]] = {}

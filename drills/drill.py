@@ -258,16 +258,17 @@ def submitting_processes(pids: Iterable[int]) -> dict[int, int]:
             [LOCK_NAMESPACE],
         )
         ports = {int(port): int(worker) for worker, port in cursor.fetchall() if port}
-    inodes = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            port = int(fields[1].rsplit(":", 1)[1], 16)
-            if port in ports:
-                inodes[f"socket:[{fields[9]}]"] = ports[port]
     found = {}
     for pid in pids:
         try:
+            # The process's own network namespace's sockets (a host cut off has its own).
+            inodes = {}
+            for table in ("tcp", "tcp6"):
+                for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                    fields = line.split()
+                    port = int(fields[1].rsplit(":", 1)[1], 16)
+                    if port in ports:
+                        inodes[f"socket:[{fields[9]}]"] = ports[port]
             for fd in Path(f"/proc/{pid}/fd").iterdir():
                 worker = inodes.get(os.readlink(fd))
                 if worker is not None:

@@ -226,7 +226,7 @@ def run(target: SshTarget, *, rounds: int = 3) -> DrillResult:
                 balancer.stop()
             return drill.result
     finally:
-        _forget_relay_cluster()
+        forget_relay_cluster()
 
 
 def _hosts(drill: Drill) -> dict[str, Platform]:
@@ -238,7 +238,7 @@ def _hosts(drill: Drill) -> dict[str, Platform]:
     return {"a": a, "b": b}
 
 
-def _start_host(platform: Platform) -> None:
+def start_host(platform: Platform) -> None:
     platform.start_web()
     platform.start_agents()
     platform.start_worker()
@@ -256,21 +256,21 @@ def _exercise(drill: Drill, hosts: dict[str, Platform], balancer: Balancer, roun
     relay_cluster.save()
     ensure_environments(relay_cluster, drill.target.partition)
     # Host a first: it takes the beat lease and the relay, so the first host lost holds both.
-    _start_host(hosts["a"])
-    if not wait_until(lambda: _holders(hosts)[0] == "a", timeout=30):
-        raise HarnessError(f"host a did not take the beat lease: {_holders(hosts)}")
-    _start_host(hosts["b"])
+    start_host(hosts["a"])
+    if not wait_until(lambda: holders(hosts)[0] == "a", timeout=30):
+        raise HarnessError(f"host a did not take the beat lease: {holders(hosts)}")
+    start_host(hosts["b"])
     held, direct = drill.settled(queued=1, connected=2)
-    relayed = _request(balancer, drill.key, RELAY_CLUSTER, RUN_ENVIRONMENT, 2)
+    relayed = request_workers(balancer, drill.key, RELAY_CLUSTER, RUN_ENVIRONMENT, 2)
     if not drill.wait_status(relayed, {WorkerStatus.CONNECTED}, timeout=180):
         raise HarnessError(f"relayed workers did not connect: {drill.statuses(relayed)}")
     running = direct + relayed
     drill.check(
-        wait_until(lambda: all(n > 0 for n in _beats_by_host(hosts).values()), timeout=30),
-        f"agents' beats did not reach both hosts: {_beats_by_host(hosts)}",
+        wait_until(lambda: all(n > 0 for n in beats_by_host(hosts).values()), timeout=30),
+        f"agents' beats did not reach both hosts: {beats_by_host(hosts)}",
     )
     figures: list[str] = []
-    victim = _holders(hosts)[0] or "a"
+    victim = holders(hosts)[0] or "a"
     for number in range(rounds):
         survivor = next(name for name in HOSTS if name != victim)
         # The host lost last round is back only once HAProxy's checks pass: until then its pinned
@@ -286,7 +286,7 @@ def _exercise(drill: Drill, hosts: dict[str, Platform], balancer: Balancer, roun
         drill.result.repetitions += 1
         victim = survivor
     every = Worker.objects.filter(owner=drill.owner)
-    answered = _beats_by_host(hosts)
+    answered = beats_by_host(hosts)
     drill.note(
         f"{len(held) + len(running)} workers settled ({len(relayed)} via the login host's "
         f"relay), beats spread over both agents' servers; "
@@ -309,7 +309,7 @@ def _lose(
     from workers_app.statuses import WorkerStatus
     from workers_app.terminals.service import LOST_REASON
 
-    beat_holder, relay_holder = _holders(hosts)
+    beat_holder, relay_holder = holders(hosts)
     drill.check(beat_holder == victim, f"round {number + 1}: beat lease on {beat_holder}")
     drill.check(relay_holder == victim, f"round {number + 1}: relay on {relay_holder}")
     terminals = {
@@ -327,7 +327,7 @@ def _lose(
     for sender in senders:
         sender.start()
     pause(REQUESTS_BEFORE)
-    frozen_at, submitting = _freeze_while_submitting(hosts[victim])
+    frozen_at, submitting = freeze_while_submitting(hosts[victim])
     drill.check(
         bool(submitting),
         f"round {number + 1}: no submission in flight on host {victim}'s Celery worker within "
@@ -381,7 +381,7 @@ def _lose(
         f"round {number + 1}: host {survivor}'s beat sent its first sweep after "
         f"{took_over if took_over is None else round(took_over, 1)} s (limit {LEASE:g} s)",
     )
-    relay_moved = wait_until(lambda: _holders(hosts)[1] == survivor, timeout=30)
+    relay_moved = wait_until(lambda: holders(hosts)[1] == survivor, timeout=30)
     drill.check(relay_moved, f"round {number + 1}: the relay did not move to host {survivor}")
     relay = AgentRelay.objects.filter(cluster__name=RELAY_CLUSTER).first()
     moved_after = (
@@ -433,7 +433,7 @@ def _lose(
         f"round {number + 1}: a submission in flight on host {victim} was not of a worker "
         "requested this round",
     )
-    _start_host(hosts[victim])
+    start_host(hosts[victim])
     return (
         f"{len(lost)} processes killed, {killed_at - frozen_at:.1f} s after they were frozen "
         f"with the submissions of {len(submitting)} workers in flight; {len(requests.asked)} "
@@ -449,7 +449,7 @@ def _lose(
     )
 
 
-def _freeze_while_submitting(platform: Platform) -> tuple[float, set[int]]:
+def freeze_while_submitting(platform: Platform) -> tuple[float, set[int]]:
     """Freeze every process of the host (SIGSTOP) at a moment when its Celery worker holds a
     submission's lock: when and the workers whose submission it holds (empty: none was seen
     within FIND_SUBMISSION_WITHIN; the processes are left frozen either way)."""
@@ -477,7 +477,7 @@ def _statuses(statuses: list[int]) -> str:
     return ", ".join(f"{n} x {s if s > 0 else 'no answer'}" for s, n in sorted(found.items()))
 
 
-def _request(
+def request_workers(
     balancer: Balancer, key: str, cluster: str, environment: str, count: int
 ) -> list[Worker]:
     from workers_app.models import Worker
@@ -496,7 +496,7 @@ def _request(
     return list(Worker.objects.filter(public_id__in=ids))
 
 
-def _holders(hosts: dict[str, Platform]) -> tuple[str | None, str | None]:
+def holders(hosts: dict[str, Platform]) -> tuple[str | None, str | None]:
     """Which host's beat holds the beat lease, and which host's relay keeper the relay."""
     from core.beat import lease_key
     from workers_app.models import AgentRelay
@@ -520,7 +520,7 @@ def _holders(hosts: dict[str, Platform]) -> tuple[str | None, str | None]:
     )
 
 
-def _beats_by_host(hosts: dict[str, Platform]) -> dict[str, int]:
+def beats_by_host(hosts: dict[str, Platform]) -> dict[str, int]:
     """Heartbeats each host's agents' server answered, from its own /metrics."""
     counts = {}
     for name, platform in hosts.items():
@@ -539,11 +539,12 @@ def _beats_by_host(hosts: dict[str, Platform]) -> dict[str, int]:
     return counts
 
 
-def _forget_relay_cluster() -> None:
+def forget_relay_cluster(name: str = RELAY_CLUSTER) -> None:
+    """The cluster and its relays on the login host gone."""
     from workers_app.models import Cluster
     from workers_app.relays import relay_tag
 
-    cluster = Cluster.objects.filter(name=RELAY_CLUSTER).first()
+    cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         return
     for pid in relay_pids(relay_tag(cluster)):

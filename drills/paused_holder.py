@@ -24,7 +24,6 @@ import re
 import signal
 import time
 from collections.abc import Callable
-from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from drills.drill import Drill, DrillResult, now, pause, submitting_processes
+from drills.host_loss import forget_relay_cluster
 from harness import HarnessError
 from harness.cluster import SshTarget
 from harness.objects import HELD_ENVIRONMENT, ensure_environments, job_name, register_cluster
@@ -99,7 +99,7 @@ def run(target: SshTarget, *, rounds: int = 2) -> DrillResult:
             )
             return drill.result
     finally:
-        _forget_relay_cluster()
+        forget_relay_cluster(RELAY_CLUSTER)
 
 
 def _relay_cluster(drill: Drill) -> Cluster:
@@ -351,16 +351,3 @@ def _sent(log: Path, *, after: float) -> list[tuple[float, str]]:
         for m in SENT.finditer(text)
     ]
     return [(at, entry) for at, entry in found if at > after]
-
-
-def _forget_relay_cluster() -> None:
-    from workers_app.models import Cluster
-    from workers_app.relays import relay_tag
-
-    cluster = Cluster.objects.filter(name=RELAY_CLUSTER).first()
-    if cluster is None:
-        return
-    for pid in relay_pids(relay_tag(cluster)):
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    cluster.delete()

@@ -32,6 +32,7 @@ class Backend:
     name: str
     web_port: int
     agents_port: int
+    host: str = "127.0.0.1"
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Balancer:
             if section and section[0] == "backend":
                 port_of = "web_port" if section[1] == "web" else "agents_port"
                 lines.extend(
-                    f"    server {b.name} 127.0.0.1:{getattr(b, port_of)}" for b in self.backends
+                    f"    server {b.name} {b.host}:{getattr(b, port_of)}" for b in self.backends
                 )
 
         for raw in SHIPPED.read_text().splitlines():

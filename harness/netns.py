@@ -1,8 +1,10 @@
 """A host that can be cut off rather than killed: a network namespace of this machine joined to
 it by a veth pair, from which this machine's loopback services (PostgreSQL, Redis, the test
-cluster's sshd) are reached at the pair's far address. Dropping the link (``cut``) leaves every
-connection of the namespace's processes open on the other side, silent, as a cable pulled or a
-partition would; the processes themselves run on.
+cluster's sshd) are reached at the pair's far address, or at 127.0.0.1 itself: inside, those
+ports of 127.0.0.1 are sent over the link, so a process started there needs no other settings
+than on this machine (a platform host, harness/platform.py's ``wrap``). Dropping the link
+(``cut``) leaves every connection of the namespace's processes open on the other side, silent,
+as a cable pulled or a partition would; the processes themselves run on.
 
 The services listen on loopback only: packets from the namespace are sent on to 127.0.0.1 and
 their source made 127.0.0.1 (nftables, a table of the namespace's own), so the services see a
@@ -36,6 +38,7 @@ class CutOffHost:
     name: str
     outside: str  # the host's end of the link (this machine's side)
     address: str  # where the namespace reaches this machine's services
+    inner: str  # where this machine reaches the namespace's servers
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """argv run inside the namespace (as root; ``runuser`` after it for another user)."""
@@ -83,7 +86,24 @@ def cut_off_host(ports: Sequence[int]) -> Iterator[CutOffHost]:
         done = subprocess.run(["nft", "-f", "-"], input=rules, capture_output=True, text=True)
         if done.returncode != 0:
             raise HarnessError(f"nft refused the namespace's rules: {done.stderr.strip()}")
-        yield CutOffHost(name, outside, host_ip)
+        # Inside, the listed ports of 127.0.0.1 go over the link (and leave with the namespace's
+        # own address: a loopback source would be dropped on the way).
+        _run(*inner, "sysctl", "-q", "-w", f"net.ipv4.conf.{inside}.route_localnet=1")
+        _run(*inner, "sysctl", "-q", "-w", "net.ipv4.conf.all.route_localnet=1")
+        rules_inside = (
+            f"table ip {table}_in {{\n"
+            "  chain out {\n    type nat hook output priority -100;\n"
+            f"    ip daddr 127.0.0.1 tcp dport {{ {listed} }} dnat to {host_ip}\n  }}\n"
+            "  chain post {\n    type nat hook postrouting priority 100;\n"
+            f'    oifname "{inside}" snat to {inner_ip}\n  }}\n'
+            "}\n"
+        )
+        done = subprocess.run(
+            [*inner, "nft", "-f", "-"], input=rules_inside, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise HarnessError(f"nft refused the rules inside: {done.stderr.strip()}")
+        yield CutOffHost(name, outside, host_ip, inner_ip)
     finally:
         _run("nft", "delete", "table", "ip", table, check=False)
         _run("ip", "link", "delete", outside, check=False)

@@ -177,6 +177,10 @@ class Platform:
     # Where the agents' server listens: another loopback address (127.0.0.7) proves that agents
     # of a via-login-host cluster, told only the relay's address, never needed this one.
     agent_host: str = "127.0.0.1"
+    # Where the web server listens (a host cut off: its namespace's address).
+    web_host: str = "127.0.0.1"
+    # Before every process's argv: e.g. ``ip netns exec NAME`` for a host that can be cut off.
+    wrap: list[str] = field(default_factory=list)
     # Also run `scripts/start.sh relays` (clusters whose agents go via the login host).
     relays: bool = False
     # The web server as `scripts/start.sh web` runs it, with its shipped processes and threads
@@ -193,7 +197,7 @@ class Platform:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.web_host}:{self.port}"
 
     @property
     def agent_url(self) -> str:
@@ -214,15 +218,16 @@ class Platform:
                 "REDIS_URL": self.redis_url or settings.REDIS_URL,
                 "ACTIVATE_INSTALLATION_ID": settings.ACTIVATE_INSTALLATION_ID,
                 "ACTIVATE_PUBLIC_URL": self.public_url or self.url,
-                "ACTIVATE_BIND": f"127.0.0.1:{self.port}",
+                "ACTIVATE_BIND": f"{self.web_host}:{self.port}",
                 "ACTIVATE_AGENT_URL": self.agents_url or self.agent_url,
                 "ACTIVATE_AGENT_BIND": f"{self.agent_host}:{self.agent_port}",
                 "ACTIVATE_LOG_LEVEL": "INFO",
                 "PYTHON": sys.executable,
             }
         )
-        if self.agent_host != "127.0.0.1":
-            environ["ACTIVATE_ALLOWED_HOSTS"] = f"127.0.0.1,localhost,{self.agent_host}"
+        hosts = {self.agent_host, self.web_host} - {"127.0.0.1"}
+        if hosts:
+            environ["ACTIVATE_ALLOWED_HOSTS"] = ",".join(["127.0.0.1", "localhost", *sorted(hosts)])
         return environ
 
     # -- starting ---------------------------------------------------------------------------
@@ -239,7 +244,7 @@ class Platform:
         if self.web_as_shipped:
             return self.start_deployed_web(name=name, workers=workers, production=False)
         workers = workers or self.shape.web_workers
-        argv = [str(BIN / "uvicorn"), "activate.asgi:application", "--host", "127.0.0.1"]
+        argv = [str(BIN / "uvicorn"), "activate.asgi:application", "--host", self.web_host]
         argv += ["--port", str(self.port), "--workers", str(workers), "--lifespan", "off"]
         how = (
             f"uvicorn activate.asgi:application, {workers} processes, not through start.sh "
@@ -356,7 +361,7 @@ class Platform:
         _started[name] = (how, settings_said(environ))
         with (self.workdir / f"{name}.log").open("ab") as log:
             process = subprocess.Popen(
-                argv,
+                [*self.wrap, *argv],
                 cwd=REPO,
                 env=environ,
                 stdout=log,
