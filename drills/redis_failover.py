@@ -1,14 +1,16 @@
-"""Fail the Redis master over under Sentinel with agents beating and requests flowing.
+"""Fail the Redis master over under Sentinel with 200 agents beating and requests flowing.
 
 The platform runs with REDIS_URL the sentinel:// URL of scripts/sentinel.sh's set (a master on
-6390, its replica on 6391, three sentinels, down after 1 s). With workers connected and a
-request made every second, the master is SIGKILLed (by its pidfile) and the sentinels promote
-the replica. Then: every worker's beat is accepted again (its heartbeat key set on the new master
-after the promotion) within ``bound`` seconds of it; no worker changes status; every request made
-around the kill ends in exactly one job and connects (its submission task went through the
-promoted broker); no platform process ends. The set is put back in its known state afterwards.
-Seen failing in 4 runs of 10 on the last: a Celery worker or the sweeper exits 1 in kombu's close
-path (README, Operations, "Redis under Sentinel").
+6390, its replica on 6391, three sentinels, down after 1 s). A few real workers run on the test
+cluster; beside them a crowd of agents (harness/agent_crowd.py: the real agent's code, one
+process, a thread each) connects workers of their own and beats at the platform's interval.
+With a request made every second, the master is SIGKILLed (by its pidfile) and the sentinels
+promote the replica. Then: every agent has a beat accepted (answered, and its heartbeat key set
+on the new master) within ``bound`` seconds of the promotion; no worker changes status; a
+heartbeat sweep completes again within ``bound`` (Celery beat and the sweeper through the
+promoted broker); every request made around the kill ends in exactly one job and connects; no
+platform process ends and no Celery process exits. The set is put back in its known state
+afterwards.
 """
 
 from __future__ import annotations
@@ -25,13 +27,20 @@ from redis.sentinel import Sentinel
 
 from core.env import sentinel_address
 from core.redis_connection import client_for
+from core.sweep_lag import DONE_KEY
 from drills.drill import Drill, DrillResult, now, pause
 from harness import REPO, HarnessError
+from harness.agents import AgentCall, AgentCrowd, crowd_workers
 from harness.cluster import SshTarget
 from harness.objects import RUN_ENVIRONMENT
 
 NAME = "Redis master fails over under Sentinel"
 SCRIPT = REPO / "scripts" / "sentinel.sh"
+BEAT_PATH = "/agent/v1/heartbeat"
+# What a Celery worker or the sweeper logs when it exits by itself, and scripts/start.sh when it
+# starts one again.
+CELERY_DIED = "Unrecoverable error"
+CELERY_RESTARTED = "starting it again"
 
 
 def sentinel_up() -> dict[str, str]:
@@ -103,6 +112,40 @@ def beats_after(
     return found
 
 
+def first_accepted(calls: list[AgentCall], since: float) -> dict[int, float]:
+    """Seconds after ``since`` (epoch) at which each agent's first beat answered after it was
+    accepted, by worker id."""
+    found: dict[int, float] = {}
+    for call in sorted(calls, key=lambda c: c.answered):
+        if call.path == BEAT_PATH and call.accepted and call.answered > since:
+            found.setdefault(call.member.worker_id, call.answered - since)
+    return found
+
+
+def sweep_done_after(url: str, since: float, timeout: float) -> float | None:
+    """Seconds after ``since`` (epoch) at which a heartbeat sweep noted its completion in Redis
+    (core/sweep_lag.py), watched for ``timeout`` seconds; None if none did."""
+    client = client_for(url)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            done = client.get(f"{DONE_KEY}heartbeats")
+        except redis.RedisError:
+            done = None
+        if done is not None and float(done) > since:
+            return float(done) - since
+        time.sleep(0.1)
+    return None
+
+
+def p99(values: list[float]) -> float:
+    """The 99th percentile, nearest rank (nan for none)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[max(0, -(-99 * len(ordered) // 100) - 1)]
+
+
 class RequestStream(threading.Thread):
     """One worker requested through the API every ``every`` seconds, ``count`` times."""
 
@@ -131,7 +174,12 @@ class RequestStream(threading.Thread):
 
 
 def run(
-    target: SshTarget, *, workers: int = 6, requests: int = 8, bound: float = 10.0
+    target: SshTarget,
+    *,
+    workers: int = 3,
+    agents: int = 200,
+    requests: int = 8,
+    bound: float = 10.0,
 ) -> DrillResult:
     from workers_app.models import Worker
     from workers_app.statuses import WorkerStatus
@@ -151,32 +199,73 @@ def run(
                 raise HarnessError(f"workers did not connect: {drill.statuses(made)}")
             timeout = drill.knob("ACTIVATE_HEARTBEAT_TIMEOUT")
             sweep = drill.knob("ACTIVATE_SWEEP_INTERVAL")
-
-            stream = RequestStream(drill, requests, every=1.0)
-            stream.start()
-            pause(requests / 3)  # a third of the requests before the kill, the rest after
-            killed_at = now()
-            killed = time.monotonic()
-            old_port = kill_master(url, run_dir)
-            promoted = wait_for_promotion(url, old_port)
-            heard = beats_after(
-                url, [w.pk for w in made], promoted, ttl_ms=int(timeout * 1000), timeout=30
+            interval = drill.knob("ACTIVATE_HEARTBEAT_INTERVAL")
+            holder = Worker.objects.get(pk=made[0].pk)
+            members = crowd_workers(agents, beside=holder, name="crowd")
+            crowd_rows = list(Worker.objects.filter(pk__in=[m.worker_id for m in members]))
+            crowd = AgentCrowd(
+                members,
+                url=drill.platform.agent_url,
+                interval=interval,
+                job_id=holder.scheduler_job_id,
+                hostname=holder.node_hostname,
+                workdir=drill.platform.workdir,
             )
-            drill.result.repetitions += 1
-            stream.join(timeout=requests * 30)
+            try:
+                crowd.start()
+                if not drill.wait_status(crowd_rows, {S.CONNECTED}, timeout=120):
+                    raise HarnessError(f"the crowd did not connect: {crowd.calls()[-5:]}")
+                pause(3 * interval)  # every agent beating at its own phase
+                everyone = made + crowd_rows
 
-            late = sorted(w.public_id for w in made if heard.get(w.pk, bound + 1) > bound)
+                stream = RequestStream(drill, requests, every=1.0)
+                stream.start()
+                pause(requests / 3)  # a third of the requests before the kill, the rest after
+                killed_at = now()
+                killed = time.monotonic()
+                old_port = kill_master(url, run_dir)
+                promoted = wait_for_promotion(url, old_port)
+                promoted_epoch = time.time() - (time.monotonic() - promoted)
+                heard = beats_after(
+                    url, [w.pk for w in everyone], promoted, ttl_ms=int(timeout * 1000),
+                    timeout=30,
+                )  # fmt: skip
+                swept = sweep_done_after(url, promoted_epoch, timeout=bound)
+                drill.result.repetitions += 1
+                stream.join(timeout=requests * 30)
+                # Past the heartbeat timeout and a few sweeps: a false stop would show by now.
+                pause(max(0.0, timeout + 3 * sweep - (time.monotonic() - promoted)))
+                calls = crowd.calls()
+            finally:
+                crowd.stop()
+            answered = first_accepted(calls, promoted_epoch)
+
+            late = sorted(w.public_id for w in everyone if heard.get(w.pk, bound + 1) > bound)
             drill.check(not late, f"beats not accepted within {bound:g} s of promotion: {late}")
-            # Past the heartbeat timeout and a few sweeps: a false stop would show by now.
-            pause(max(0.0, timeout + 3 * sweep - (time.monotonic() - promoted)))
-            changes = drill.changes_since(killed_at, made)
-            drill.check(not changes, f"status changed through the failover: {changes}")
-            # A process that died (a Celery worker's "Unrecoverable error") would also hide a
-            # false stop: its sweeps no longer run.
+            unanswered = [
+                m.public_id for m in members if answered.get(m.worker_id, bound + 1) > bound
+            ]
+            drill.check(
+                not unanswered,
+                f"agents with no beat answered within {bound:g} s of promotion: {unanswered}",
+            )
+            drill.check(
+                swept is not None, f"no heartbeat sweep completed within {bound:g} s of promotion"
+            )
+            changes = drill.changes_since(killed_at, everyone)
+            drill.check(not changes, f"status changed through the failover: {changes[:10]}")
+            # A process that died would also hide a false stop: its sweeps no longer run.
             ended = {
                 n: p.returncode for n, p in drill.platform.processes.items() if p.poll() is not None
             }
             drill.check(not ended, f"platform processes ended through the failover: {ended}")
+            died = drill.log_count(CELERY_DIED)
+            restarted = drill.log_count(CELERY_RESTARTED)
+            drill.check(
+                not died and not restarted,
+                f"Celery processes exited through the failover: {died} unrecoverable errors, "
+                f"{restarted} started again by scripts/start.sh",
+            )
             drill.check(not stream.refused, f"requests refused: {stream.refused}")
             requested = list(Worker.objects.filter(pk__in=stream.made))
             connected = drill.wait_status(requested, {S.CONNECTED}, timeout=180)
@@ -186,17 +275,30 @@ def run(
             wrong = {name: n for name, n in counts.items() if n != 1}
             drill.check(not wrong, f"requests not ending in exactly one job: {wrong}")
 
-            seconds = sorted(heard.values())
+            keys = sorted(heard.values())
+            firsts = sorted(answered.values())
+            nan = float("nan")
+            refused = sum(
+                1
+                for c in calls
+                if c.path == BEAT_PATH and not c.accepted and killed_at.timestamp() <= c.sent
+            )
             drill.note(
-                f"{workers} connected workers beating every "
-                f"{drill.knob('ACTIVATE_HEARTBEAT_INTERVAL'):g} s, {requests} requests 1 s apart "
-                f"around the kill; replica promoted {promoted - killed:.1f} s after the master's "
-                f"SIGKILL; beats accepted again {seconds[0] if seconds else float('nan'):.2f}-"
-                f"{seconds[-1] if seconds else float('nan'):.2f} s after the promotion "
-                f"({len(heard)}/{workers}); {len(changes)} status changes; "
+                f"{workers} real workers and {agents} crowd agents connected, beating every "
+                f"{interval:g} s; {requests} requests 1 s apart around the kill; replica "
+                f"promoted {promoted - killed:.1f} s after the master's SIGKILL; each agent's "
+                f"first beat answered after the promotion: max {max(firsts, default=nan):.2f} "
+                f"s, p99 {p99(firsts):.2f} s ({len(firsts)}/{agents}); heartbeat keys set again "
+                f"on the new master: max {max(keys, default=nan):.2f} s, p99 "
+                f"{p99(keys):.2f} s ({len(heard)}/{len(everyone)}); {refused} crowd beats "
+                f"refused or unanswered from the kill on; heartbeat sweep done again "
+                f"{'never' if swept is None else f'{swept:.2f} s'} after the promotion; "
+                f"{len(changes)} status changes; Celery exits {died}, restarts {restarted}; "
                 f"{arrived}/{requests} requests connected, jobs per request "
                 f"{sorted(set(counts.values()))}"
             )
+            # Not left for the clean-up's deletions (a cancel each of a job that is not theirs).
+            Worker.objects.filter(pk__in=[w.pk for w in crowd_rows]).delete()
             result = drill.result
     finally:
         sentinel_up()

@@ -9,14 +9,21 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
+from harness import REPO
 from node import activate_agent
+
+if TYPE_CHECKING:
+    from workers_app.models import Worker
 
 
 def agent_pids(public_id: str) -> list[int]:
@@ -130,3 +137,146 @@ def signed_agent(public_id: str) -> SignedAgent | None:
 def agent_url(public_id: str) -> str:
     """The platform URL the worker's agent calls back on."""
     return agent_environ(public_id, "ACTIVATE_URL").rstrip("/")
+
+
+# -- a crowd of simulated agents -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrowdMember:
+    worker_id: int
+    public_id: str
+    key_id: str
+    key: str
+
+
+def crowd_workers(count: int, *, beside: Worker, name: str = "crowd") -> list[CrowdMember]:
+    """``count`` workers as a submission leaves them once their job runs (starting, a key of
+    their own, the events saying so), made in bulk, their agents' credentials returned. They
+    share the job and node of ``beside``, a real worker's running job: the scheduler's polls see
+    it running and leave them be, as they would a job of their own."""
+    from django.utils import timezone
+
+    from core.env import TEST_SECRET_KEY
+    from workers_app.agent_keys import issue_agent_key
+    from workers_app.models import Worker, WorkerEvent
+    from workers_app.statuses import WorkerStatus
+
+    now = timezone.now()
+    rows, keys = [], []
+    for i in range(count):
+        worker = Worker(
+            name=f"{name}-{i}",
+            owner=beside.owner,
+            cluster=beside.cluster,
+            environment=beside.environment,
+            account=beside.account,
+            status=WorkerStatus.STARTING,
+            scheduler_job_id=beside.scheduler_job_id,
+            node_hostname=beside.node_hostname,
+            created_at=now,
+            submitted_at=now,
+            started_at=now,
+            deadline_at=beside.deadline_at,
+        )
+        # The platform's processes run the test settings, whose key derives the agents' keys.
+        key = issue_agent_key(worker.public_id, secret_key=TEST_SECRET_KEY)
+        worker.agent_secret_hash = key.key_hash
+        rows.append(worker)
+        keys.append(key)
+    Worker.objects.bulk_create(rows)
+    pks = dict(
+        Worker.objects.filter(public_id__in=[w.public_id for w in rows]).values_list(
+            "public_id", "pk"
+        )
+    )
+    steps = (
+        (WorkerStatus.PENDING, WorkerStatus.QUEUED),
+        (WorkerStatus.QUEUED, WorkerStatus.STARTING),
+    )
+    WorkerEvent.objects.bulk_create(
+        WorkerEvent(worker_id=pks[w.public_id], old_status=old, new_status=new, at=now)
+        for w in rows
+        for old, new in steps
+    )
+    return [
+        CrowdMember(pks[w.public_id], w.public_id, key.key_id, key.key)
+        for w, key in zip(rows, keys, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class AgentCall:
+    """One call an agent of the crowd made: seconds since the epoch it was sent and answered,
+    and how it ended ("ok", the refusal's status, or the exception's name)."""
+
+    member: CrowdMember
+    path: str
+    sent: float
+    answered: float
+    outcome: str
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome == "ok"
+
+
+class AgentCrowd:
+    """The crowd's agents in one process of their own (harness/agent_crowd.py): each connects,
+    then beats as the real agent does, until ``stop``. ``calls`` reads what they did so far."""
+
+    def __init__(
+        self, members: list[CrowdMember], *, url: str, interval: float, job_id: str,
+        hostname: str, workdir: Path,
+    ) -> None:  # fmt: skip
+        self.members = members
+        self.spec = workdir / "crowd.json"
+        self.out = workdir / "crowd-calls.txt"
+        self.log = workdir / "crowd.log"
+        agents = [[m.public_id, m.key_id, m.key, job_id, hostname] for m in members]
+        self.spec.write_text(json.dumps({"url": url, "interval": interval, "agents": agents}))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.agent_crowd", str(self.spec), str(self.out)],
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def __enter__(self) -> AgentCrowd:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def calls(self) -> list[AgentCall]:
+        if not self.out.exists():
+            return []
+        found = []
+        for line in self.out.read_text().splitlines():
+            fields = line.split(" ")
+            if len(fields) == 5:  # a line being written is left for the next read
+                index, path, sent, answered, outcome = fields
+                found.append(
+                    AgentCall(self.members[int(index)], path, float(sent), float(answered), outcome)
+                )
+        return found
+
+    def connected(self) -> set[int]:
+        """Worker ids whose agent's connect was answered."""
+        return {
+            c.member.worker_id for c in self.calls() if c.path.endswith("/connect") and c.accepted
+        }

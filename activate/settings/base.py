@@ -458,6 +458,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's consumer, but a broker lost with tasks unacknowledged does not end the worker.
+CELERY_WORKER_CONSUMER = "core.celery_consumer:Consumer"
 CELERY_TASK_TIME_LIMIT = env.integer("ACTIVATE_TASK_TIME_LIMIT", 300, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30 if CELERY_TASK_TIME_LIMIT > 60 else None
 CELERY_TASK_IGNORE_RESULT = True
