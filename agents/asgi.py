@@ -5,10 +5,12 @@ their ceiling (see docs/benchmarks.md), so a beat is answered here: the same che
 (the request signed with the worker's own key, its nonce new; its body read by agents/payloads.py)
 and the same one Redis round trip (agents/beats.py: BEAT_SCRIPT, which also remembers the nonce),
 with redis.asyncio on the server's event loop; the answer is signed like the view's. Whatever
-needs the database (an agent whose identity is not cached, the once-a-minute "last seen") goes
-to the service in a thread; every other request, and every other path, is Django's. A beat
-this process cannot answer within its budget is shed once its signature is checked, before any
-of that (agents/admission.py): answered a signed 503 saying when to try again.
+needs the database goes to the service in a thread: an agent whose identity is not cached
+before its beat is answered, the once-a-minute "last seen" after (grouped, by a task of the
+process: a beat never waits for PostgreSQL). Every other request, and every other path, is
+Django's. A beat this process cannot answer within its budget is shed once its signature is
+checked, before any of that (agents/admission.py): answered a signed 503 saying when to try
+again.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -34,6 +36,7 @@ from agents.admission import AdmissionGate
 from agents.beats import BEAT_SCRIPT, AgentBeats, accepted, beat_outcome
 from agents.errors import AgentRefused, Overloaded
 from agents.payloads import MAX_BODY, beat_answer, parse_beat
+from agents.pipelined import PipelinedScript
 from agents.service import LAST_SEEN_GRANULARITY
 from agents.signing import SignedCall
 from core import metrics as families
@@ -64,6 +67,13 @@ def _in_database(function: Callable[..., object], *args: object) -> object:
         close_old_connections()
 
 
+class BeatAnswer(NamedTuple):
+    status: int
+    body: bytes
+    call: SignedCall | None  # None when the request's signature was not checked
+    retry_after: float | None = None  # seconds, when the beat was shed
+
+
 class AgentServer:
     """ASGI application of `scripts/start.sh agents`: POST heartbeat here, the rest Django's."""
 
@@ -71,7 +81,7 @@ class AgentServer:
         self.django = django_application
         self.path = reverse("agent-heartbeat")
         self.redis = async_redis_client()
-        self.script = self.redis.register_script(BEAT_SCRIPT)
+        self.script = PipelinedScript(self.redis, BEAT_SCRIPT)
         # Only its key names and TTL are used: it holds a synchronous client, never called here.
         self.beats = AgentBeats()
         self.seen = SeenWrites(_write_seen)
@@ -89,22 +99,24 @@ class AgentServer:
             await self._lifespan(receive, send)
         elif scope["type"] == "http" and scope["path"] == self.path and scope["method"] == "POST":
             self.gate.start()
-            status, body, call, headers = await self._heartbeat(scope, receive)
-            families.heartbeat_answered(status)
-            # A shed beat (the one with a Retry-After) is not logged one by one: the gate says
-            # how many once a second, and a line each would cost what shedding saves.
-            logged = status != 200 and not headers
-            headers += [
+            answer = await self._heartbeat(scope, receive)
+            families.heartbeat_answered(answer.status)
+            headers = [
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
+                (b"content-length", str(len(answer.body)).encode()),
             ]
-            if call is not None and status != 401:
-                signature = signing.sign_answer(call, status, body)
+            if answer.retry_after is not None:
+                # For clients that read the header; the agent reads the signed body's.
+                headers.append((b"retry-after", str(math.ceil(answer.retry_after)).encode()))
+            if answer.call is not None and answer.status != 401:
+                signature = signing.sign_answer(answer.call, answer.status, answer.body)
                 headers.append((SIGNATURE_HEADER, signature.encode()))
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            if logged:
-                _log_access(scope, status)
+            await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+            await send({"type": "http.response.body", "body": answer.body})
+            # A shed beat is not logged one by one: the gate says how many once a second, and a
+            # line each would cost what shedding saves.
+            if answer.status != 200 and answer.retry_after is None:
+                _log_access(scope, answer.status)
         elif scope["type"] == "http":
             status = 0
 
@@ -127,14 +139,13 @@ class AgentServer:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.gate.stop()
+                await self.seen.close()
+                await self.script.close()
                 await self.redis.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _heartbeat(
-        self, scope: Scope, receive: Receive
-    ) -> tuple[int, bytes, SignedCall | None, list[tuple[bytes, bytes]]]:
-        """A beat's status, body, checked call (None if it was not) and headers of its own."""
+    async def _heartbeat(self, scope: Scope, receive: Receive) -> BeatAnswer:
         call = None
         try:
             body = await _read_body(receive)
@@ -146,15 +157,15 @@ class AgentServer:
             finally:
                 self.gate.done()
         except Overloaded as exc:
-            # For clients that read the header; the agent reads the signed body's.
-            retry = [(b"retry-after", str(math.ceil(exc.retry_after)).encode())]
-            return exc.status, json.dumps(exc.answer()).encode(), call, retry
+            return BeatAnswer(exc.status, json.dumps(exc.answer()).encode(), call, exc.retry_after)
         except AgentRefused as exc:
-            return exc.status, json.dumps(exc.answer()).encode(), call, []
+            return BeatAnswer(exc.status, json.dumps(exc.answer()).encode(), call)
         except RedisError as exc:
             log.warning("heartbeat not recorded, Redis did not answer: %s", exc)
-            return 503, json.dumps({"error": "heartbeat store unavailable"}).encode(), call, []
-        return 200, json.dumps(beat_answer(problem)).encode() if problem else OK, call, []
+            return BeatAnswer(
+                503, json.dumps({"error": "heartbeat store unavailable"}).encode(), call
+            )
+        return BeatAnswer(200, json.dumps(beat_answer(problem)).encode() if problem else OK, call)
 
     async def _note_shed(self, count: int) -> None:
         keys, args = self.sheds.note_arguments(count)
@@ -178,7 +189,7 @@ class AgentServer:
                 call.key_hash,
             )
         elif beaten.first_in_window:
-            await self.seen.note(beaten.worker_id)
+            self.seen.note(beaten.worker_id)
 
 
 async def _write_seen(worker_ids: list[int]) -> None:
@@ -188,32 +199,32 @@ async def _write_seen(worker_ids: list[int]) -> None:
 
 
 class SeenWrites:
-    """The "last seen" writes of one process, grouped: a beat that needs one while another is
-    under way waits for the next, which writes every worker waiting in one UPDATE. Ten thousand
-    agents need one each a minute, and this server keeps no connection to PostgreSQL: one
-    connection a write would be about 170 a second. A beat is answered once its write is done."""
+    """The "last seen" writes of one process, grouped and off the beats' answers: a beat notes
+    its worker and is answered; a task of the process writes every worker noted in one UPDATE,
+    then those noted meanwhile in the next. Ten thousand agents need one each a minute, and
+    this server keeps no connection to PostgreSQL: one connection a write would be about 170 a
+    second, and a beat that waited for one waited behind every beat of the loop (the "last
+    seen" is a coarse time for display, no status: liveness is in Redis)."""
 
     def __init__(self, write: Callable[[list[int]], Awaitable[None]]) -> None:
         self.write = write
         self.waiting: set[int] = set()
-        self.next: asyncio.Future[None] | None = None
         self.writing: asyncio.Task[None] | None = None
 
-    async def note(self, worker_id: int) -> None:
+    def note(self, worker_id: int) -> None:
         self.waiting.add(worker_id)
-        if self.next is None:
-            self.next = asyncio.get_running_loop().create_future()
-        written = self.next
         if self.writing is None:
             self.writing = asyncio.get_running_loop().create_task(self._write_all())
-        # Shielded: one beat given up on must not cancel the write the others wait for.
-        await asyncio.shield(written)
+
+    async def close(self) -> None:
+        """Write what is noted (at shutdown)."""
+        if self.writing is not None:
+            await self.writing
 
     async def _write_all(self) -> None:
         try:
-            while self.next is not None:
-                worker_ids, written = sorted(self.waiting), self.next
-                self.waiting, self.next = set(), None
+            while self.waiting:
+                worker_ids, self.waiting = sorted(self.waiting), set()
                 try:
                     await self.write(worker_ids)
                 except DatabaseError as exc:
@@ -222,9 +233,8 @@ class SeenWrites:
                         "last heartbeat of %d worker(s) not written: %s", len(worker_ids), exc
                     )
                 except Exception:
-                    # Whatever went wrong, the beats waiting are answered and the next written.
+                    # Whatever went wrong, the next are written.
                     log.exception("last heartbeat of %d worker(s) not written", len(worker_ids))
-                written.set_result(None)
         finally:
             self.writing = None
 

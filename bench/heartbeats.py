@@ -20,6 +20,7 @@ Then where a beat's time goes, measured piece by piece in-process.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -289,6 +290,8 @@ class Breakdown:
     service_with_db: float  # record_heartbeat that also writes last_heartbeat_at
     signatures: float  # checking a beat's signature and signing its answer
     django: float  # the whole Django app called as WSGI, in-process (no HTTP)
+    script_client: float  # CPU per beat script sent through redis.asyncio's client, 50 at once
+    script_pipelined: float  # the same on the agents' server's pipelined connection
 
 
 def _breakdown(agent: SignedAgent, secret_key: str, repeat: int) -> Breakdown:
@@ -364,7 +367,43 @@ def _breakdown(agent: SignedAgent, secret_key: str, repeat: int) -> Breakdown:
         django = (time.perf_counter() - started) / repeat
     if any(not s.startswith("200") for s in statuses):
         raise HarnessError(f"in-process heartbeat failed: {statuses[-1]}")
-    return Breakdown(round_trip, service, with_db, signatures, django)
+    script_client, script_pipelined = _script_cpu(agent.public_id, key_hash, repeat * 5)
+    return Breakdown(
+        round_trip, service, with_db, signatures, django, script_client, script_pipelined
+    )
+
+
+def _script_cpu(public_id: str, key_hash: str, repeat: int) -> tuple[float, float]:
+    """This process's CPU per beat script (a cached agent's beat, its nonce left out) sent by 50
+    callers at once on one event loop: through redis.asyncio's client, and pipelined."""
+    import uvloop
+
+    from agents.beats import BEAT_SCRIPT, AgentBeats
+    from agents.pipelined import PipelinedScript
+    from agents.service import LAST_SEEN_GRANULARITY
+    from core.redis_connection import async_redis_client
+
+    call = AgentBeats().beat_arguments(public_id, key_hash, seen_window=LAST_SEEN_GRANULARITY)
+
+    async def measure() -> tuple[float, float]:
+        client = async_redis_client()
+        through_client = client.register_script(BEAT_SCRIPT)
+        pipelined = PipelinedScript(client, BEAT_SCRIPT)
+        took = []
+        for script in (through_client, pipelined, through_client, pipelined):
+
+            async def caller(script: Any = script) -> None:
+                for _ in range(repeat // 50):
+                    await script(keys=call.keys, args=call.args)
+
+            started = time.process_time()
+            await asyncio.gather(*(caller() for _ in range(50)))
+            took.append((time.process_time() - started) / (repeat // 50 * 50))
+        await pipelined.close()
+        await client.aclose()
+        return min(took[0], took[2]), min(took[1], took[3])
+
+    return uvloop.run(measure())
 
 
 def _start_ours(platform: Platform, workers: int, secret_key: str) -> subprocess.Popen[bytes]:
@@ -577,6 +616,14 @@ def _outcome(
     where.add(
         "the Django app as WSGI (fast path before the middleware, view, JSON), in-process",
         f"{breakdown.django * 1e6:.0f} us",
+    )
+    where.add(
+        "the beat's Lua script through redis.asyncio's client, 50 at once: CPU per beat",
+        f"{breakdown.script_client * 1e6:.0f} us",
+    )
+    where.add(
+        "the same pipelined on one connection (agents/pipelined.py, the agents' server's way)",
+        f"{breakdown.script_pipelined * 1e6:.0f} us",
     )
     for server, rounds in by_server.items():
         cpu = _cpu_per_beat(rounds)

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
-from prometheus_client.multiprocess import MultiProcessCollector
 
 from core.transport.tunnel import BOOT
+from harness.clocks import Answered, beats_answered
 from harness.platform import Platform
 from node import activate_agent, relay_source
 from tests.agents.heartbeats.signed import worker_with_key
@@ -149,20 +148,8 @@ def server_address(platform: Platform) -> tuple[str, int]:
     return (platform.agent_host, platform.agent_port)
 
 
-def beats_answered(platform: Platform) -> tuple[float, float]:
-    """The server's own count of the beats it answered, and of those it refused (all its
-    processes, those that ended included)."""
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(platform.workdir / "metrics"))
-    received = registry.get_sample_value("activate_heartbeats_received_total") or 0.0
-    refused = sum(
-        sample.value
-        for metric in registry.collect()
-        if metric.name == "activate_heartbeats_refused"
-        for sample in metric.samples
-        if sample.name.endswith("_total")
-    )
-    return received, refused
+def answered(platform: Platform) -> Answered:
+    return beats_answered(platform.workdir / "metrics")
 
 
 def connected_agent(url: str) -> activate_agent.Agent:
@@ -194,7 +181,7 @@ def test_an_agents_calls_share_one_connection_and_each_beat_is_counted_once(
     # Then the connect and all the beats went over one connection, and the server counted 20
     assert took == [True] * 20
     assert proxy.accepted == 1
-    assert beats_answered(platform) == (20, 0)
+    assert answered(platform) == Answered(20, {})
 
 
 def test_the_agent_connects_again_once_the_server_closed_its_idle_connection(
@@ -208,7 +195,7 @@ def test_the_agent_connects_again_once_the_server_closed_its_idle_connection(
     # Then the next beat goes on a new connection, at once, and the one after on that one
     assert beat(agent) and beat(agent)
     assert proxy.accepted == 2
-    assert beats_answered(platform) == (3, 0)
+    assert answered(platform) == Answered(3, {})
 
 
 def test_a_kept_connection_cut_as_a_beat_goes_out_is_sent_once_more_on_a_new_one(
@@ -223,7 +210,7 @@ def test_a_kept_connection_cut_as_a_beat_goes_out_is_sent_once_more_on_a_new_one
     assert beat(agent)
     assert beat(agent)
     assert proxy.accepted == 2
-    assert beats_answered(platform) == (3, 0)
+    assert answered(platform) == Answered(3, {})
 
 
 def test_a_beat_taken_whose_answer_was_lost_is_sent_again_and_not_counted_twice(
@@ -240,7 +227,7 @@ def test_a_beat_taken_whose_answer_was_lost_is_sent_again_and_not_counted_twice(
     assert not lost
     assert beat(agent)
     assert proxy.accepted == 2
-    assert beats_answered(platform) == (4, 1)
+    assert answered(platform) == Answered(4, {"401": 1})
 
 
 def test_the_agent_beats_on_after_the_agents_server_restarts(platform: Platform) -> None:
@@ -257,7 +244,7 @@ def test_the_agent_beats_on_after_the_agents_server_restarts(platform: Platform)
     assert [beat(agent) for _ in range(10)] == [True] * 10
     assert proxy.accepted == before
     # and the server counted every beat it took once: 5 before and 11 after
-    assert beats_answered(platform) == (16, 0)
+    assert answered(platform) == Answered(16, {})
 
 
 @dataclass
@@ -328,7 +315,7 @@ def test_the_agent_goes_through_the_proxy_its_environment_names_on_one_connectio
     direct = connected_agent(platform.agent_url)
     assert beat(direct)
     assert len(proxy.asked) == 6
-    assert beats_answered(platform) == (6, 0)
+    assert answered(platform) == Answered(6, {})
 
 
 # -- the relay --------------------------------------------------------------------------------
@@ -421,7 +408,7 @@ def test_the_relay_serves_an_agents_calls_on_one_connection_and_keeps_its_own_to
     assert [beat(agent) for _ in range(20)] == [True] * 20
     # Then one connection carried them to the relay, one from the relay to the platform
     assert (proxy.accepted, forward.joined) == (1, 1)
-    assert beats_answered(platform) == (20, 0)
+    assert answered(platform) == Answered(20, {})
 
 
 def test_the_relay_closes_a_connection_idle_past_its_bound_and_the_agent_connects_again(
@@ -442,7 +429,7 @@ def test_the_relay_closes_a_connection_idle_past_its_bound_and_the_agent_connect
     time.sleep(1.5)
     assert beat(agent) and beat(agent)
     assert proxy.accepted == 2
-    assert beats_answered(platform) == (2, 0)
+    assert answered(platform) == Answered(2, {})
 
 
 def test_the_relay_serves_at_most_its_bound_of_requests_on_a_connection(
@@ -460,7 +447,7 @@ def test_the_relay_serves_at_most_its_bound_of_requests_on_a_connection(
     agent = connected_agent(proxy.url)
     assert [beat(agent) for _ in range(5)] == [True] * 5
     assert proxy.accepted == 2
-    assert beats_answered(platform) == (5, 0)
+    assert answered(platform) == Answered(5, {})
 
 
 def test_each_request_on_a_kept_connection_is_bounded_as_the_first(

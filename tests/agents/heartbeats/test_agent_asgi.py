@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.db import transaction
 
 from agents.beats import SEEN_PREFIX
 from core.redis_connection import redis_client
@@ -23,7 +24,7 @@ from tests.agents.heartbeats.signed import worker_with_key
 from workers_app import idle
 from workers_app.idle import ACTIVITY_PREFIX
 from workers_app.liveness import PREFIX, Liveness
-from workers_app.models import WorkerEvent
+from workers_app.models import Worker, WorkerEvent
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
@@ -92,12 +93,32 @@ def test_the_first_beat_in_a_minute_writes_last_seen_and_the_next_do_not(
     redis_client().delete(f"{SEEN_PREFIX}{worker.pk}")
 
     assert post(agents, "heartbeat", agent, {"worker": worker.public_id}).status_code == 200
-    worker.refresh_from_db()
-    first = worker.last_heartbeat_at
+    first = poll(lambda: Worker.objects.get(pk=worker.pk).last_heartbeat_at, timeout=10)
     assert first is not None
     assert post(agents, "heartbeat", agent, {"worker": worker.public_id}).status_code == 200
-    worker.refresh_from_db()
-    assert worker.last_heartbeat_at == first
+    time.sleep(0.5)
+    assert Worker.objects.get(pk=worker.pk).last_heartbeat_at == first
+
+
+def test_a_beat_is_answered_while_its_last_seen_write_waits_for_postgresql(
+    agents: httpx.Client,
+) -> None:
+    # Given a connected agent whose worker's row another transaction holds locked
+    worker, agent = worker_with_key()
+    post(agents, "connect", agent, {"worker": worker.public_id, "hostname": "node7"})
+    redis_client().delete(f"{SEEN_PREFIX}{worker.pk}")
+    with transaction.atomic():
+        Worker.objects.select_for_update().get(pk=worker.pk)
+        # When its first beat of the minute comes
+        started = time.monotonic()
+        beat = post(agents, "heartbeat", agent, {"worker": worker.public_id})
+        answered = time.monotonic() - started
+        # Then it is answered without waiting for the "last seen" write, which waits for the lock
+        assert (beat.status_code, beat.signed) == (200, True)
+        assert answered < 2, f"answered after {answered:.2f} s"
+        assert Liveness().alive([worker.pk]) == {worker.pk}
+    # and the write lands once the lock is released
+    assert poll(lambda: Worker.objects.get(pk=worker.pk).last_heartbeat_at, timeout=10)
 
 
 def test_a_forged_or_other_workers_key_gets_an_unsigned_401_and_refreshes_nothing(
