@@ -71,3 +71,25 @@ def submission_locks(worker_ids: list[int]) -> Iterator[set[int]]:
                     " FROM unnest(%s::bigint[]) AS id",
                     [LOCK_NAMESPACE, 2**31, sorted(taken)],
                 )
+
+
+def submissions_under_way() -> set[int]:
+    """Workers whose submission lock someone holds now (a submission under way, or a holder
+    cut off whose lock stands until its silence runs out).
+
+    On PostgreSQL the locks' keys are the ids modulo 2**31, so an id above that may stand for
+    another; harmless where this only defers work by a sweep.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND classid = %s AND objsubid = 2",
+                [LOCK_NAMESPACE],
+            )
+            return {int(row[0]) for row in cursor.fetchall()}
+    prefix = "activate:submit-lock:"
+    return {
+        int(key.decode().removeprefix(prefix))
+        for key in redis_client().scan_iter(f"{prefix}*", count=1000)
+    }

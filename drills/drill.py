@@ -227,21 +227,6 @@ class Drill:
             ApiKey.objects.filter(user=self.owner).delete()
 
 
-def submissions_in_progress() -> set[int]:
-    """Workers whose submission holds its lock right now (core.locks, PostgreSQL)."""
-    from django.db import connection
-
-    from core.locks import LOCK_NAMESPACE
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND classid = %s AND objsubid = 2",
-            [LOCK_NAMESPACE],
-        )
-        return {int(row[0]) for row in cursor.fetchall()}
-
-
 def submitting_processes(pids: Iterable[int]) -> dict[int, int]:
     """Workers whose submission holds its lock right now, each with the process among ``pids``
     that holds it: the one whose connection to PostgreSQL took the lock (its client port,

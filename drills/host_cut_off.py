@@ -18,9 +18,10 @@ cut off. Two rounds:
   bound stated below; when the link returns b's connections are dead and nothing of b's lands.
 
 Checked each round: within the bounds a's beat sends sweeps and a's keeper holds the relay; no
-two beats send the same sweep within a sweep interval (drills/beat_failover.py); every beat b
-sent after the cut that reached the broker was refused; b's relay keeper gives up the relay
-(its lease or its row refused) and the login host runs one relay; every worker requested
+two beats send the same sweep within a sweep interval (drills/beat_failover.py); every sweep b's
+beat sent after the cut that reached the broker was refused by its fence or dropped as expired;
+b's relay keeper gives up the relay (its lease or its row refused) and the login host runs one
+relay; every worker requested
 across the cut ends queued with exactly one job; no running worker changes status.
 """
 
@@ -80,16 +81,18 @@ KNOBS = {
     "ACTIVATE_HEARTBEAT_TIMEOUT": "30",
 }
 # The bounds, from the cut: a's first sweep within a beat lease and a sweep; the relay on a
-# within a relay lease, a check and its set-up over SSH; what b had locked, once the silence
-# freed the lock, within a submit lease, a sweep and a submission.
+# within a relay lease, a check and its set-up over SSH; what b had locked within the silence
+# (the lock's lease: PostgreSQL then gives b's session up), two sweeps (the dispatch sweep
+# leaves a locked worker out) and a submission.
 BEAT_BOUND = BEAT_LEASE + SWEEP
 RELAY_BOUND = RELAY_LEASE + 8.0
-SUBMIT_BOUND = SILENCE + SUBMIT_LEASE + 2 * SWEEP + 5.0
+SUBMIT_BOUND = SILENCE + 2 * SWEEP + 4.0
 SHORT_CUT = 10.0
-LONG_CUT = SUBMIT_BOUND + 5.0
+LONG_CUT = SUBMIT_BOUND + 10.0
 # After the link is back: how long b's late acts are watched.
 AFTER = 3 * BEAT_LEASE
 REQUESTS_BEFORE, REQUESTS_AFTER = 2.0, 3.0
+_EXPIRED = "Discarding revoked task: workers_app.tasks.sweep"
 
 
 def run(target: SshTarget) -> DrillResult:
@@ -184,10 +187,15 @@ def _hand_to_b(hosts: dict[str, Platform]) -> None:
     a.stop("beat")
     a.stop("relays")
     held = wait_until(lambda: holders(hosts) == ("b", "b"), timeout=60)
+    log = a.workdir / "beat.log"
+    since = log.stat().st_size
     a.start_beat()
     a.start_relays()
     if not held:
         raise HarnessError(f"host b did not take the beat lease and the relay: {holders(hosts)}")
+    # Started, a's beat stands by (its first tick found b holding) before b is cut.
+    if not wait_until(lambda: b"standing by" in log.read_bytes()[since:], timeout=60):
+        raise HarnessError("host a's beat did not start standing by")
 
 
 def _cut(
@@ -229,10 +237,13 @@ def _cut(
             queued = wait_until(
                 lambda: _queued_at(locked) is not None, timeout=SUBMIT_BOUND + 5, interval=0.2
             )
+            at = _queued_at(locked)
             drill.check(
-                queued, f"what b had locked was not submitted: {drill.statuses(_w(locked))}"
+                queued and at is not None and at - cut_at < SUBMIT_BOUND,
+                f"what b had locked was queued after {_s(at - cut_at if at else None)} (bound "
+                f"{SUBMIT_BOUND:g} s): {drill.statuses(_w(locked))}",
             )
-            submitted = {"at": _queued_at(locked)}
+            submitted = {"at": at}
         else:
             drill.check(
                 not Worker.objects.filter(pk__in=locked, status=WorkerStatus.QUEUED).exists(),
@@ -259,10 +270,18 @@ def _cut(
     late = sweeps_sent(b.workdir / "beat.log", after=cut_at)
     failed = _log_count(b.workdir / "beat.log", "Couldn't apply scheduled task", after=cut_at)
     refused = leases.refused(client, lease_key()) - refused_before
+    # A sweep lands only within its expiry (one interval): one that b sent into its cut
+    # connection and that arrived with the link is dropped unrun as expired; within the
+    # expiry, the fence refuses it.
+    expired = sum(
+        _log_count(host.workdir / f"{name}.log", _EXPIRED, after=cut_at)
+        for host in hosts.values()
+        for name in ("worker", "sweeper")
+    )
     drill.check(
-        refused >= len(late) - failed,
+        refused + expired >= len(late) - failed,
         f"host b's beat sent {len(late)} sweeps after the cut ({failed} failed to send), "
-        f"{refused} refused",
+        f"{refused} refused by their fence, {expired} dropped as expired",
     )
     twice = sweep_overlaps({"a": sends, "b": late}, SWEEP)
     drill.check(not twice, f"both beats sent a sweep at once: {twice[:3]}")
@@ -309,9 +328,9 @@ def _cut(
             else ", b's locked workers left to b (its lock stood) and queued once the link was back"
         )
         + f"; after the link came back: b's beat sent {len(late)} sweeps ({failed} failed to "
-        f"send), {refused} refused by their fence; b's keeper gave the relay up ({gave_up} "
-        f"refusal(s) logged); {len(requests.asked)} requests, {made.count()} workers made, each "
-        f"with one job; {restored_at - cut_at:.1f} s down"
+        f"send), {refused} refused by their fence, {expired} dropped as expired; b's keeper "
+        f"gave the relay up ({gave_up} refusal(s) logged); {len(requests.asked)} requests, "
+        f"{made.count()} workers made, each with one job; {restored_at - cut_at:.1f} s down"
     )
 
 

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
+from core.locks import submissions_under_way
 from workers_app import idle, relays
 from workers_app.actions import lifecycle
 from workers_app.liveness import Breakers, Liveness, ShedRecord, SweepRecord
@@ -201,10 +202,15 @@ def _breaker_holds(breakers: Breakers, cluster_id: int, silent: int, now: float)
 
 
 def dispatch_pending(*, limit: int = BATCH) -> list[int]:
-    """Pending workers whose submission is due (first try, retry, or a lost task)."""
+    """Pending workers whose submission is due (first try, retry, or a lost task).
+
+    Those whose submission lock stands are left out, not leased: the holder is at work, or cut
+    off until its peer silence frees the lock, and then the next sweep sends them.
+    """
     now = timezone.now()
     ids = list(
         Worker.objects.awaiting_dispatch(now)
+        .exclude(pk__in=submissions_under_way())
         .order_by("next_attempt_at")
         .values_list("pk", flat=True)[:limit]
     )

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from core.locks import submission_lock
 from core.redis_connection import redis_client
 from tests.broker import queued_messages
 from tests.factories import WorkerFactory
@@ -107,6 +108,19 @@ def test_dispatch_sends_due_pending_workers_once_per_lease() -> None:
     worker = WorkerFactory(next_attempt_at=timezone.now() - timedelta(seconds=1))
     assert sweeps.dispatch_pending() == [worker.pk]
     assert sweeps.dispatch_pending() == []
+
+
+@pytest.mark.django_db
+def test_dispatch_leaves_a_worker_whose_submission_lock_stands_for_the_next_sweep() -> None:
+    # Given a due worker whose submission lock is held (a holder at work, or cut off)
+    worker = WorkerFactory(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    with submission_lock(worker.pk) as taken:
+        assert taken
+        # Then the sweep neither sends nor leases it
+        assert sweeps.dispatch_pending() == []
+        assert Worker.objects.awaiting_dispatch(timezone.now()).filter(pk=worker.pk).exists()
+    # And the first sweep after the lock is given up sends it
+    assert sweeps.dispatch_pending() == [worker.pk]
 
 
 def due_pending_workers(count: int) -> list[Worker]:
