@@ -36,6 +36,8 @@ from harness.waiting import wait_until
 HEARING = {"ACTIVATE_HEARING_PROBE": "true"}
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
     from workers_app.models import Worker
 
 
@@ -263,6 +265,17 @@ def submitting_processes(pids: Iterable[int]) -> dict[int, int]:
     return found
 
 
+def mid_submission(worker_ids: Iterable[int]) -> QuerySet[Worker]:
+    """Those of the workers in a submission's dangerous window: a submission commits the
+    worker's agent secret just before its submit command runs and records the job after."""
+    from workers_app.models import Worker
+    from workers_app.statuses import WorkerStatus
+
+    return Worker.objects.filter(
+        pk__in=list(worker_ids), status=WorkerStatus.PENDING, scheduler_job_id=""
+    ).exclude(agent_secret_hash="")
+
+
 @contextmanager
 def recording_held(
     target: SshTarget, worker_ids: Iterable[int], *, timeout: float = 10
@@ -278,12 +291,7 @@ def recording_held(
     """
     from django.db import transaction
 
-    from workers_app.models import Worker
-    from workers_app.statuses import WorkerStatus
-
-    submitting = Worker.objects.filter(
-        pk__in=list(worker_ids), status=WorkerStatus.PENDING, scheduler_job_id=""
-    ).exclude(agent_secret_hash="")
+    submitting = mid_submission(worker_ids)
     wait_until(submitting.exists, timeout=timeout, interval=0.002)
     with transaction.atomic():
         held = {job_name(w.public_id): w.pk for w in submitting.select_for_update()}

@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from drills.drill import Drill, DrillResult, now, pause, submitting_processes
+from drills.drill import (
+    Drill,
+    DrillResult,
+    mid_submission,
+    now,
+    pause,
+    submitting_processes,
+)
 from drills.host_loss import forget_relay_cluster
 from harness import HarnessError
 from harness.cluster import SshTarget
@@ -285,12 +292,7 @@ def _stop_a_submitter(platform: Platform, ids: set[int]) -> tuple[tuple[int, str
     sbatch under way), stop every Celery worker at once, then continue those that do not hold
     that submission's lock. (worker id, the stopped worker's name) and when it was stopped, or
     None when the submission ended before the stop."""
-    from workers_app.models import Worker
-    from workers_app.statuses import WorkerStatus
-
-    submitting = Worker.objects.filter(
-        pk__in=list(ids), status=WorkerStatus.PENDING, scheduler_job_id=""
-    ).exclude(agent_secret_hash="")
+    submitting = mid_submission(ids)
     try:
         wait_for(lambda: list(submitting.values_list("pk", flat=True)), timeout=60, interval=0.002)
     except TimeoutError:
