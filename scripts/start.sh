@@ -49,10 +49,14 @@ case "${1:-}" in
     # ASGI: terminals and session proxies are long-lived WebSockets on the event loop; pages
     # and the API run in threads of their own per request, as under WSGI.
     bind=${ACTIVATE_BIND:-127.0.0.1:8000}
+    # A browser cut off (not closed) leaves its WebSocket open here, and a terminal's SSH
+    # channel behind it: a ping every half silence, unanswered for another half, ends it within
+    # ACTIVATE_PEER_SILENCE (settings checked it above: an integer of at least 3).
+    ping=$(( ${ACTIVATE_PEER_SILENCE:-30} / 2 ))
     exec "$BIN/uvicorn" activate.asgi:application \
       --host "${bind%:*}" --port "${bind##*:}" \
       --workers "${ACTIVATE_WEB_WORKERS:-2}" --lifespan off --proxy-headers \
-      --timeout-graceful-shutdown 10 --ws-ping-interval 20 --ws-ping-timeout 20
+      --timeout-graceful-shutdown 10 --ws-ping-interval "$ping" --ws-ping-timeout "$ping"
     ;;
   agents)
     # The agents' endpoints only (every other path is a 404), in a server of their own: users'

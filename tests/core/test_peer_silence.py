@@ -153,3 +153,75 @@ def test_a_cut_off_login_hosts_ssh_connection_ends_within_the_silence(ssh_target
         finally:
             watcher.kill()
             watcher.wait()
+
+
+# Runs in the namespace: a browser's WebSocket to a terminal, opened, then left (it never
+# sends "start"), as a laptop whose network went away would leave it.
+BROWSER = """
+import json, sys, time
+from websockets.sync.client import connect
+
+url, key = sys.argv[1:3]
+ws = connect(url, additional_headers={"Authorization": f"Bearer {key}"}, open_timeout=20)
+print(json.dumps({"open": True}), flush=True)
+time.sleep(600)
+"""
+
+
+def established(port: int) -> int:
+    """Connections the server on ``port`` has open with a peer."""
+    listed = subprocess.run(
+        ["ss", "-Htn", "state", "established", f"( sport = :{port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return len(listed.splitlines())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cut_off_browsers_websocket_is_ended_by_the_web_server_within_the_silence(
+    tmp_path: Any, user: Any
+) -> None:
+    from harness.platform import Platform
+    from tests.factories import WorkerFactory
+    from workers_app.models import ApiKey
+    from workers_app.statuses import WorkerStatus
+
+    if os.geteuid() != 0:
+        pytest.fail("network namespaces need root (CI runs as root)")
+    worker = WorkerFactory(owner=user, status=WorkerStatus.CONNECTED)
+    _, key = ApiKey.issue(user, name="cut-off browser")
+    web = Platform(workdir=tmp_path, knobs={"ACTIVATE_PEER_SILENCE": str(SILENCE)})
+    # As scripts/start.sh runs it: the pings are its.
+    web.start_deployed_web(workers=1, production=False)
+    try:
+        with cut_off_host([web.port]) as host:
+            url = f"ws://127.0.0.1:{web.port}/ws/workers/{worker.public_id}/terminal/"
+            browser = subprocess.Popen(
+                host.argv([sys.executable, "-c", BROWSER, url, key]),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
+            )
+            try:
+                assert browser.stdout is not None
+                first = browser.stdout.readline()
+                assert json.loads(first or "{}") == {"open": True}, browser.stderr.read()
+                assert established(web.port) == 1
+                host.cut()
+                cut_at = time.monotonic()
+                while established(web.port):
+                    assert time.monotonic() - cut_at < SILENCE + 4, "still open past the silence"
+                    time.sleep(0.25)
+                print(
+                    f"the WebSocket ended {time.monotonic() - cut_at:.1f} s after the cut "
+                    f"(silence {SILENCE} s)"
+                )
+                assert browser.poll() is None  # the browser runs on, cut off
+            finally:
+                browser.kill()
+                browser.wait()
+    finally:
+        web.stop_all()
