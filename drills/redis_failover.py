@@ -20,6 +20,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -85,31 +87,46 @@ def wait_for_promotion(url: str, old_port: int, timeout: float = 30) -> float:
     raise HarnessError(f"no replica promoted within {timeout:g} s of killing the master")
 
 
-def beats_after(
+@dataclass
+class Heard:
+    """What Redis showed after the promotion, in seconds after it: each worker's heartbeat key
+    first set again, and a heartbeat sweep's first completion noted (None: none seen)."""
+
+    beats: dict[int, float] = field(default_factory=dict)
+    sweep: float | None = None
+
+
+def heard_after(
     url: str, worker_ids: list[int], since: float, *, ttl_ms: int, timeout: float
-) -> dict[int, float]:
-    """Seconds after ``since`` at which each worker's heartbeat key was first set again (read
-    from its remaining TTL out of ``ttl_ms``, the platform's heartbeat timeout), watched for
-    ``timeout`` seconds; a worker absent was not heard."""
+) -> Heard:
+    """Watched for ``timeout`` seconds after ``since`` (monotonic): each worker's key set again
+    (read from its remaining TTL out of ``ttl_ms``, the platform's heartbeat timeout; a worker
+    absent was not heard) and the heartbeat sweep's completion (core/sweep_lag.py)."""
     client = client_for(url)
-    found: dict[int, float] = {}
+    heard = Heard()
+    since_epoch = time.time() - (time.monotonic() - since)
     deadline = since + timeout
-    while len(found) < len(worker_ids) and time.monotonic() < deadline:
+    while (len(heard.beats) < len(worker_ids) or heard.sweep is None) and (
+        time.monotonic() < deadline
+    ):
         try:
             pipe = client.pipeline(transaction=False)
             for pk in worker_ids:
                 pipe.pttl(f"activate:hb:{pk}")
-            ttls = pipe.execute()
+            pipe.get(f"{DONE_KEY}heartbeats")
+            *ttls, swept = pipe.execute()
         except redis.RedisError:  # the drill's own reads fail over too
             time.sleep(0.1)
             continue
         read_at = time.monotonic()
         for pk, remaining in zip(worker_ids, ttls, strict=True):
             set_at = read_at - (ttl_ms - remaining) / 1000
-            if pk not in found and remaining > 0 and set_at > since:
-                found[pk] = set_at - since
+            if pk not in heard.beats and remaining > 0 and set_at > since:
+                heard.beats[pk] = set_at - since
+        if heard.sweep is None and swept is not None and float(swept) > since_epoch:
+            heard.sweep = float(swept) - since_epoch
         time.sleep(0.1)
-    return found
+    return heard
 
 
 def first_accepted(calls: list[AgentCall], since: float) -> dict[int, float]:
@@ -122,28 +139,13 @@ def first_accepted(calls: list[AgentCall], since: float) -> dict[int, float]:
     return found
 
 
-def sweep_done_after(url: str, since: float, timeout: float) -> float | None:
-    """Seconds after ``since`` (epoch) at which a heartbeat sweep noted its completion in Redis
-    (core/sweep_lag.py), watched for ``timeout`` seconds; None if none did."""
-    client = client_for(url)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            done = client.get(f"{DONE_KEY}heartbeats")
-        except redis.RedisError:
-            done = None
-        if done is not None and float(done) > since:
-            return float(done) - since
-        time.sleep(0.1)
-    return None
-
-
-def p99(values: list[float]) -> float:
-    """The 99th percentile, nearest rank (nan for none)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[max(0, -(-99 * len(ordered) // 100) - 1)]
+def spread(seconds: list[float], of: int) -> str:
+    """Max and 99th percentile (nearest rank) of ``seconds``, and how many of ``of`` there are."""
+    if not seconds:
+        return f"none of {of}"
+    ordered = sorted(seconds)
+    p99 = ordered[max(0, -(-99 * len(ordered) // 100) - 1)]
+    return f"max {ordered[-1]:.2f} s, p99 {p99:.2f} s ({len(ordered)}/{of})"
 
 
 class RequestStream(threading.Thread):
@@ -213,8 +215,9 @@ def run(
             )
             try:
                 crowd.start()
-                if not drill.wait_status(crowd_rows, {S.CONNECTED}, timeout=120):
-                    raise HarnessError(f"the crowd did not connect: {crowd.calls()[-5:]}")
+                if not drill.wait_status(crowd_rows, {S.CONNECTED}, timeout=180):
+                    statuses = Counter(drill.statuses(crowd_rows).values())
+                    raise HarnessError(f"the crowd did not connect: {dict(statuses)}")
                 pause(3 * interval)  # every agent beating at its own phase
                 everyone = made + crowd_rows
 
@@ -226,80 +229,92 @@ def run(
                 old_port = kill_master(url, run_dir)
                 promoted = wait_for_promotion(url, old_port)
                 promoted_epoch = time.time() - (time.monotonic() - promoted)
-                heard = beats_after(
+                watched = heard_after(
                     url, [w.pk for w in everyone], promoted, ttl_ms=int(timeout * 1000),
                     timeout=30,
                 )  # fmt: skip
-                swept = sweep_done_after(url, promoted_epoch, timeout=bound)
+                heard, swept = watched.beats, watched.sweep
                 drill.result.repetitions += 1
                 stream.join(timeout=requests * 30)
                 # Past the heartbeat timeout and a few sweeps: a false stop would show by now.
                 pause(max(0.0, timeout + 3 * sweep - (time.monotonic() - promoted)))
                 calls = crowd.calls()
+                answered = first_accepted(calls, promoted_epoch)
+
+                late = sorted(w.public_id for w in everyone if heard.get(w.pk, bound + 1) > bound)
+                drill.check(not late, f"beats not accepted within {bound:g} s of promotion: {late}")
+                unanswered = [
+                    m.public_id for m in members if answered.get(m.worker_id, bound + 1) > bound
+                ]
+                drill.check(
+                    not unanswered,
+                    f"agents with no beat answered within {bound:g} s of promotion: {unanswered}",
+                )
+                drill.check(
+                    swept is not None and swept <= bound,
+                    f"no heartbeat sweep completed within {bound:g} s of promotion",
+                )
+                changes = drill.changes_since(killed_at, everyone)
+                drill.check(not changes, f"status changed through the failover: {changes[:10]}")
+                # A process that died would also hide a false stop: its sweeps no longer run.
+                ended = {
+                    n: p.returncode
+                    for n, p in drill.platform.processes.items()
+                    if p.poll() is not None
+                }
+                drill.check(not ended, f"platform processes ended through the failover: {ended}")
+                died = drill.log_count(CELERY_DIED)
+                restarted = drill.log_count(CELERY_RESTARTED)
+                drill.check(
+                    not died and not restarted,
+                    f"Celery processes exited through the failover: {died} unrecoverable errors, "
+                    f"{restarted} started again by scripts/start.sh",
+                )
+                drill.check(not stream.refused, f"requests refused: {stream.refused}")
+                requested = list(Worker.objects.filter(pk__in=stream.made))
+                connected = drill.wait_status(requested, {S.CONNECTED}, timeout=180)
+                drill.check(
+                    connected, f"requests made around the kill: {drill.statuses(requested)}"
+                )
+                arrived = sum(
+                    status == S.CONNECTED for status in drill.statuses(requested).values()
+                )
+                counts = drill.job_counts(requested)
+                wrong = {name: n for name, n in counts.items() if n != 1}
+                drill.check(not wrong, f"requests not ending in exactly one job: {wrong}")
+
+                refused = sum(
+                    1
+                    for c in calls
+                    if c.path == BEAT_PATH and not c.accepted and killed_at.timestamp() <= c.sent
+                )
+                drill.note(
+                    "; ".join(
+                        [
+                            f"{workers} real workers and {agents} crowd agents connected, beating "
+                            f"every {interval:g} s, {requests} requests 1 s apart around the kill",
+                            f"replica promoted {promoted - killed:.1f} s after the SIGKILL",
+                            f"each agent's first beat answered after the promotion: "
+                            f"{spread(list(answered.values()), agents)}",
+                            f"heartbeat keys set again on the new master: "
+                            f"{spread(list(heard.values()), len(everyone))}",
+                            f"{refused} crowd beats refused or unanswered from the kill on",
+                            "heartbeat sweep done again "
+                            + ("never" if swept is None else f"{swept:.2f} s after the promotion"),
+                            f"{len(changes)} status changes",
+                            f"Celery exits {died}, restarts {restarted}",
+                            f"{arrived}/{requests} requests connected, jobs per request "
+                            f"{sorted(set(counts.values()))}",
+                        ]
+                    )
+                )
+                result = drill.result
             finally:
+                # While the agents still beat: once silent, the sweep would stop their workers
+                # (events written as the rows go). Not left for the clean-up's deletions either:
+                # each would cancel a job that is not theirs.
+                Worker.objects.filter(pk__in=[w.pk for w in crowd_rows]).delete()
                 crowd.stop()
-            answered = first_accepted(calls, promoted_epoch)
-
-            late = sorted(w.public_id for w in everyone if heard.get(w.pk, bound + 1) > bound)
-            drill.check(not late, f"beats not accepted within {bound:g} s of promotion: {late}")
-            unanswered = [
-                m.public_id for m in members if answered.get(m.worker_id, bound + 1) > bound
-            ]
-            drill.check(
-                not unanswered,
-                f"agents with no beat answered within {bound:g} s of promotion: {unanswered}",
-            )
-            drill.check(
-                swept is not None, f"no heartbeat sweep completed within {bound:g} s of promotion"
-            )
-            changes = drill.changes_since(killed_at, everyone)
-            drill.check(not changes, f"status changed through the failover: {changes[:10]}")
-            # A process that died would also hide a false stop: its sweeps no longer run.
-            ended = {
-                n: p.returncode for n, p in drill.platform.processes.items() if p.poll() is not None
-            }
-            drill.check(not ended, f"platform processes ended through the failover: {ended}")
-            died = drill.log_count(CELERY_DIED)
-            restarted = drill.log_count(CELERY_RESTARTED)
-            drill.check(
-                not died and not restarted,
-                f"Celery processes exited through the failover: {died} unrecoverable errors, "
-                f"{restarted} started again by scripts/start.sh",
-            )
-            drill.check(not stream.refused, f"requests refused: {stream.refused}")
-            requested = list(Worker.objects.filter(pk__in=stream.made))
-            connected = drill.wait_status(requested, {S.CONNECTED}, timeout=180)
-            drill.check(connected, f"requests made around the kill: {drill.statuses(requested)}")
-            arrived = sum(status == S.CONNECTED for status in drill.statuses(requested).values())
-            counts = drill.job_counts(requested)
-            wrong = {name: n for name, n in counts.items() if n != 1}
-            drill.check(not wrong, f"requests not ending in exactly one job: {wrong}")
-
-            keys = sorted(heard.values())
-            firsts = sorted(answered.values())
-            nan = float("nan")
-            refused = sum(
-                1
-                for c in calls
-                if c.path == BEAT_PATH and not c.accepted and killed_at.timestamp() <= c.sent
-            )
-            drill.note(
-                f"{workers} real workers and {agents} crowd agents connected, beating every "
-                f"{interval:g} s; {requests} requests 1 s apart around the kill; replica "
-                f"promoted {promoted - killed:.1f} s after the master's SIGKILL; each agent's "
-                f"first beat answered after the promotion: max {max(firsts, default=nan):.2f} "
-                f"s, p99 {p99(firsts):.2f} s ({len(firsts)}/{agents}); heartbeat keys set again "
-                f"on the new master: max {max(keys, default=nan):.2f} s, p99 "
-                f"{p99(keys):.2f} s ({len(heard)}/{len(everyone)}); {refused} crowd beats "
-                f"refused or unanswered from the kill on; heartbeat sweep done again "
-                f"{'never' if swept is None else f'{swept:.2f} s'} after the promotion; "
-                f"{len(changes)} status changes; Celery exits {died}, restarts {restarted}; "
-                f"{arrived}/{requests} requests connected, jobs per request "
-                f"{sorted(set(counts.values()))}"
-            )
-            # Not left for the clean-up's deletions (a cancel each of a job that is not theirs).
-            Worker.objects.filter(pk__in=[w.pk for w in crowd_rows]).delete()
-            result = drill.result
     finally:
         sentinel_up()
     return result

@@ -4,8 +4,9 @@ agent retries), a thread each, every call's outcome written down.
 
     python -m harness.agent_crowd SPEC OUT
 
-SPEC is JSON: ``url`` (the agents' server), ``interval`` (seconds, until the connect answers),
-``agents``: [public id, key id, key, job id, hostname] each. OUT gets one line per call as it
+SPEC is JSON: ``url`` (the agents' server), ``interval`` (seconds, until a connect answers),
+``connecting`` (how many agents may be connecting at once), ``agents``: [public id, key id, key,
+job id, hostname] each. OUT gets one line per call as it
 ends: agent index, path, wall-clock start and end, outcome ("ok", or the status or exception).
 Runs until SIGTERM. Imports nothing of the server: what a node has.
 """
@@ -67,16 +68,26 @@ class RecordedPlatform(activate_agent.Platform):
         return answer
 
 
-def live(agent: activate_agent.Agent, first: float, stop: threading.Event) -> None:
-    """The agent's main loop without its job's watchers: connect or beat when due."""
+def live(
+    agent: activate_agent.Agent, first: float, stop: threading.Event, gate: threading.Semaphore
+) -> None:
+    """The agent's main loop without its job's watchers: connect or beat when due. Only a few
+    connect at once, as jobs start over a while: 200 connects at once would time out (2 s)
+    together and come back together, each retry queued behind those the server is still
+    answering."""
     next_beat = first
     while not stop.wait(max(0.0, next_beat - time.monotonic())):
-        next_beat = time.monotonic() + agent.beat()
+        if agent.connected:
+            next_beat = time.monotonic() + agent.beat()
+        else:
+            with gate:
+                next_beat = time.monotonic() + agent.beat()
 
 
 def main() -> int:
     spec = json.loads(Path(sys.argv[1]).read_text())
     interval = float(spec["interval"])
+    gate = threading.Semaphore(int(spec["connecting"]))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     threading.stack_size(512 * 1024)
@@ -92,7 +103,7 @@ def main() -> int:
             agent = activate_agent.Agent(platform, identity, interval)
             # Each at its own phase of the interval, as agents started at different times are.
             first = start + random.uniform(0, interval)  # noqa: S311 - no secret
-            thread = threading.Thread(target=live, args=(agent, first, stop), daemon=True)
+            thread = threading.Thread(target=live, args=(agent, first, stop, gate), daemon=True)
             thread.start()
             threads.append(thread)
         stop.wait()

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -155,6 +156,7 @@ def crowd_workers(count: int, *, beside: Worker, name: str = "crowd") -> list[Cr
     their own, the events saying so), made in bulk, their agents' credentials returned. They
     share the job and node of ``beside``, a real worker's running job: the scheduler's polls see
     it running and leave them be, as they would a job of their own."""
+    from django.conf import settings
     from django.utils import timezone
 
     from core.env import TEST_SECRET_KEY
@@ -177,7 +179,7 @@ def crowd_workers(count: int, *, beside: Worker, name: str = "crowd") -> list[Cr
             created_at=now,
             submitted_at=now,
             started_at=now,
-            deadline_at=beside.deadline_at,
+            deadline_at=now + timedelta(seconds=settings.ACTIVATE_PENDING_TIMEOUT),
         )
         # The platform's processes run the test settings, whose key derives the agents' keys.
         key = issue_agent_key(worker.public_id, secret_key=TEST_SECRET_KEY)
@@ -222,22 +224,26 @@ class AgentCall:
 
 
 class AgentCrowd:
-    """The crowd's agents in one process of their own (harness/agent_crowd.py): each connects,
-    then beats as the real agent does, until ``stop``. ``calls`` reads what they did so far."""
+    """The crowd's agents in one process of their own (harness/agent_crowd.py), connecting
+    (``connecting`` at a time) and beating as the real agent does until ``stop``. ``calls``
+    reads what they did so far."""
 
     def __init__(
         self, members: list[CrowdMember], *, url: str, interval: float, job_id: str,
-        hostname: str, workdir: Path,
+        hostname: str, workdir: Path, connecting: int = 8,
     ) -> None:  # fmt: skip
         self.members = members
         self.spec = workdir / "crowd.json"
         self.out = workdir / "crowd-calls.txt"
         self.log = workdir / "crowd.log"
-        agents = [[m.public_id, m.key_id, m.key, job_id, hostname] for m in members]
-        self.spec.write_text(json.dumps({"url": url, "interval": interval, "agents": agents}))
+        self.url, self.interval, self.job_id, self.hostname = url, interval, job_id, hostname
+        self.connecting = connecting
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        agents = [[m.public_id, m.key_id, m.key, self.job_id, self.hostname] for m in self.members]
+        spec = {"url": self.url, "interval": self.interval, "connecting": self.connecting}
+        self.spec.write_text(json.dumps({**spec, "agents": agents}))
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "harness.agent_crowd", str(self.spec), str(self.out)],
@@ -274,9 +280,3 @@ class AgentCrowd:
                     AgentCall(self.members[int(index)], path, float(sent), float(answered), outcome)
                 )
         return found
-
-    def connected(self) -> set[int]:
-        """Worker ids whose agent's connect was answered."""
-        return {
-            c.member.worker_id for c in self.calls() if c.path.endswith("/connect") and c.accepted
-        }
