@@ -78,6 +78,25 @@ class Benchmarks(Suite[Outcome]):
             default=(200, 1000),
             help="workers per race against dask-jobqueue; the first also for the sbatch loops",
         )
+        group.add_argument(
+            "--submit-schedulers",
+            type=lambda text: tuple(part for part in text.split(",") if part),
+            default=("slurm", "gridengine"),
+            help="the test cluster's schedulers raced against dask-jobqueue (slurm,gridengine)",
+        )
+        group.add_argument(
+            "--submit-repetitions",
+            type=int,
+            default=5,
+            help="rounds of (dask-jobqueue, the platform twice, dask-jobqueue) at each count",
+        )
+        group.add_argument(
+            "--submit-references",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="also the sbatch loops and the in-process costs (--no-submit-references: "
+            "the races alone)",
+        )
         group.add_argument("--celery-concurrency", type=int, default=4)
         group.add_argument("--post-concurrency", type=int, default=8)
         group.add_argument(
@@ -137,6 +156,9 @@ class Benchmarks(Suite[Outcome]):
             "submission": lambda t: submission.run(
                 t,
                 counts=args.submit_counts,
+                schedulers=args.submit_schedulers,
+                repetitions=args.submit_repetitions,
+                references=args.submit_references,
                 celery_concurrency=args.celery_concurrency,
                 post_concurrency=args.post_concurrency,
                 post_rate=args.post_rate,

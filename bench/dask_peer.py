@@ -12,6 +12,7 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -58,27 +59,46 @@ def peer_python(target: SshTarget) -> tuple[Path, str]:
     return python, version
 
 
+@dataclass(frozen=True)
+class PeerScheduler:
+    """Where the peer submits: its scheduler (the platform's name for it), the partition or
+    queue, and how the bench cancels jobs of a name there."""
+
+    kind: str
+    queue: str
+    cancel_names: Callable[[set[str]], None]
+
+    @property
+    def cluster_class(self) -> str:
+        return CLUSTER_CLASSES[self.kind]
+
+
+CLUSTER_CLASSES = {"slurm": "SLURMCluster", "gridengine": "SGECluster"}
+
+
 def race(
     target: SshTarget,
     python: Path,
     version: str,
     job_seen: dict[str, tuple[str, float]],
     *,
+    scheduler: PeerScheduler,
     jobs: int,
     job_name: str,
     directive: str,
 ) -> PeerRace:
-    """SLURMCluster(...).scale(jobs=N) as the cluster account: from the call to the last of its
-    N jobs seen in squeue (``job_seen``: job id -> (name, first seen), a SqueueWatcher's).
+    """SLURMCluster(...) or SGECluster(...).scale(jobs=N) as the cluster account: from the call
+    to the last of its N jobs seen listed (``job_seen``: job id -> (name, first seen), a
+    JobWatcher's).
 
     A peer whose cluster fails to start (it happened once on a loaded machine: its scheduler
     was not running yet) is started again, once; jobs it made are cancelled either way.
     """
     try:
-        return _race(target, python, version, job_seen, jobs, job_name, directive)
+        return _race(target, python, version, job_seen, scheduler, jobs, job_name, directive)
     except PeerNotStarted as exc:
         print(f"  dask-jobqueue did not start, trying again: {exc}", flush=True)
-        return _race(target, python, version, job_seen, jobs, job_name, directive)
+        return _race(target, python, version, job_seen, scheduler, jobs, job_name, directive)
 
 
 class PeerNotStarted(HarnessError):
@@ -90,6 +110,7 @@ def _race(
     python: Path,
     version: str,
     job_seen: dict[str, tuple[str, float]],
+    scheduler: PeerScheduler,
     jobs: int,
     job_name: str,
     directive: str,
@@ -103,9 +124,10 @@ def _race(
             str(python),
             "-I",  # not bench/ on sys.path: its modules' names would shadow others
             str(SCRIPT),
+            f"--scheduler={scheduler.kind}",
             f"--jobs={jobs}",
             f"--job-name={job_name}",
-            f"--partition={target.partition}",
+            f"--partition={scheduler.queue}",
             f"--directive={directive}",
             f"--local-directory={tmp}",
         )
@@ -121,7 +143,7 @@ def _race(
                 return [at for name, at in list(job_seen.values()) if name == job_name]
 
             if not wait_until(lambda: len(made()) >= jobs, timeout=300):
-                raise HarnessError(f"dask-jobqueue: {len(made())} of {jobs} jobs in squeue")
+                raise HarnessError(f"dask-jobqueue: {len(made())} of {jobs} jobs listed")
             elapsed = max(made()) - started
             closing = time.monotonic()
             process.stdin.write("close\n")
@@ -133,13 +155,14 @@ def _race(
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            target.cancel_names({job_name})
+            scheduler.cancel_names({job_name})
     notes = [
         f"dask-jobqueue {version} from PyPI in a venv of the bench's own, run as the cluster "
-        f"account {target.user} where the scheduler is: SLURMCluster(job_extra_directives="
-        f"['{directive}'], ...).scale(jobs=N), timed from the call to the last job seen in "
-        "squeue by the same watcher as the platform's (its scheduler's start-up not counted); "
-        f"its open-file limit raised to the hard one (it runs every sbatch at once); "
+        f"account {target.user} where the scheduler is: {scheduler.cluster_class}("
+        f"job_extra_directives=['{directive}'], ...).scale(jobs=N), timed from the call to the "
+        "last job seen listed by the same watcher as the platform's (its Dask scheduler's "
+        "start-up not counted); "
+        f"its open-file limit raised to the hard one (it runs every submit command at once); "
         f"cluster.close() then cancelled its {jobs} jobs in {closed:.1f} s",
     ]
     return PeerRace(jobs, elapsed, version, notes)

@@ -1,4 +1,5 @@
-"""dask-jobqueue's SLURMCluster submitting held jobs: the peer the submission benchmark races.
+"""dask-jobqueue's SLURMCluster or SGECluster submitting held jobs: the peer the submission
+benchmark races.
 
 Run by bench/dask_peer.py with the peer's own interpreter (its venv has dask-jobqueue), as the
 cluster account, where the scheduler is. It imports nothing of the project. It says on stdout
@@ -15,11 +16,14 @@ import sys
 import time
 
 # The peer's venv has it; the project's does not (it is no dependency of the platform).
-from dask_jobqueue import SLURMCluster  # type: ignore[import-not-found,unused-ignore]
+from dask_jobqueue import SGECluster, SLURMCluster  # type: ignore[import-not-found,unused-ignore]
+
+CLUSTERS = {"slurm": SLURMCluster, "gridengine": SGECluster}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--scheduler", choices=sorted(CLUSTERS), default="slurm")
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--job-name", required=True)
     parser.add_argument("--partition", required=True)
@@ -31,7 +35,7 @@ def main() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     print(f"open files {soft} -> {hard}", flush=True)
-    cluster = SLURMCluster(
+    cluster = CLUSTERS[args.scheduler](
         cores=1,
         processes=1,
         memory="1GB",
