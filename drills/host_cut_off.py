@@ -49,14 +49,12 @@ from drills.host_loss import (
     forget_relay_cluster,
     freeze_while_submitting,
     holders,
-    request_workers,
-    start_host,
+    settle_two_hosts,
 )
 from harness import HarnessError
 from harness.balancer import Backend, Balancer
 from harness.cluster import SshTarget
 from harness.netns import CutOffHost, cut_off_host
-from harness.objects import RUN_ENVIRONMENT, ensure_environments, register_cluster
 from harness.platform import Platform
 from harness.relays import relay_pids
 from harness.waiting import wait_until
@@ -146,23 +144,10 @@ def _host_b(a: Platform, link: CutOffHost) -> Platform:
 def _exercise(
     drill: Drill, hosts: dict[str, Platform], balancer: Balancer, link: CutOffHost
 ) -> None:
-    from workers_app.models import AgentRoute, Worker
-    from workers_app.statuses import WorkerStatus
+    from workers_app.models import Worker
 
-    relay_cluster = register_cluster(drill.target, name=RELAY_CLUSTER)
-    relay_cluster.agent_route, relay_cluster.relay_host = AgentRoute.VIA_LOGIN_HOST, "127.0.0.1"
-    relay_cluster.save()
-    ensure_environments(relay_cluster, drill.target.partition)
-    # Host b first: it takes the beat lease and the relay, so the host cut off holds both.
-    start_host(hosts["b"])
-    if not wait_until(lambda: holders(hosts)[0] == "b", timeout=30):
-        raise HarnessError(f"host b did not take the beat lease: {holders(hosts)}")
-    start_host(hosts["a"])
-    held, direct = drill.settled(queued=1, connected=2)
-    relayed = request_workers(balancer, drill.key, RELAY_CLUSTER, RUN_ENVIRONMENT, 2)
-    if not drill.wait_status(relayed, {WorkerStatus.CONNECTED}, timeout=180):
-        raise HarnessError(f"relayed workers did not connect: {drill.statuses(relayed)}")
-    running = direct + relayed
+    # Host b first: the host cut off holds the beat lease and the relay.
+    held, running, relayed = settle_two_hosts(drill, hosts, balancer, first="b")
     lines = []
     for label, down in (("short", SHORT_CUT), ("long", LONG_CUT)):
         if holders(hosts) != ("b", "b"):

@@ -247,24 +247,37 @@ def start_host(platform: Platform) -> None:
     platform.start_relays()
 
 
-def _exercise(drill: Drill, hosts: dict[str, Platform], balancer: Balancer, rounds: int) -> None:
-    from workers_app.models import AgentRoute, Worker
+def settle_two_hosts(
+    drill: Drill, hosts: dict[str, Platform], balancer: Balancer, *, first: str
+) -> tuple[list[Worker], list[Worker], list[Worker]]:
+    """Both hosts started, ``first`` first (it takes the beat lease and the relay), and workers
+    settled: held ones queued, running ones connected directly and via the login host's relay
+    (held, running, the relayed among the running)."""
+    from workers_app.models import AgentRoute
     from workers_app.statuses import WorkerStatus
 
     relay_cluster = register_cluster(drill.target, name=RELAY_CLUSTER)
     relay_cluster.agent_route, relay_cluster.relay_host = AgentRoute.VIA_LOGIN_HOST, "127.0.0.1"
     relay_cluster.save()
     ensure_environments(relay_cluster, drill.target.partition)
-    # Host a first: it takes the beat lease and the relay, so the first host lost holds both.
-    start_host(hosts["a"])
-    if not wait_until(lambda: holders(hosts)[0] == "a", timeout=30):
-        raise HarnessError(f"host a did not take the beat lease: {holders(hosts)}")
-    start_host(hosts["b"])
+    start_host(hosts[first])
+    if not wait_until(lambda: holders(hosts)[0] == first, timeout=30):
+        raise HarnessError(f"host {first} did not take the beat lease: {holders(hosts)}")
+    for name, platform in hosts.items():
+        if name != first:
+            start_host(platform)
     held, direct = drill.settled(queued=1, connected=2)
     relayed = request_workers(balancer, drill.key, RELAY_CLUSTER, RUN_ENVIRONMENT, 2)
     if not drill.wait_status(relayed, {WorkerStatus.CONNECTED}, timeout=180):
         raise HarnessError(f"relayed workers did not connect: {drill.statuses(relayed)}")
-    running = direct + relayed
+    return held, direct + relayed, relayed
+
+
+def _exercise(drill: Drill, hosts: dict[str, Platform], balancer: Balancer, rounds: int) -> None:
+    from workers_app.models import Worker
+
+    # Host a first, so the first host lost holds the beat lease and the relay.
+    held, running, relayed = settle_two_hosts(drill, hosts, balancer, first="a")
     drill.check(
         wait_until(lambda: all(n > 0 for n in beats_by_host(hosts).values()), timeout=30),
         f"agents' beats did not reach both hosts: {beats_by_host(hosts)}",
