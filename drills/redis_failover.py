@@ -5,12 +5,14 @@ The platform runs with REDIS_URL the sentinel:// URL of scripts/sentinel.sh's se
 cluster; beside them a crowd of agents (harness/agent_crowd.py: the real agent's code, one
 process, a thread each) connects workers of their own and beats at the platform's interval.
 With a request made every second, the master is SIGKILLed (by its pidfile) and the sentinels
-promote the replica. Then: every agent has a beat accepted (answered, and its heartbeat key set
-on the new master) within ``bound`` seconds of the promotion; no worker changes status; a
-heartbeat sweep completes again within ``bound`` (Celery beat and the sweeper through the
-promoted broker); every request made around the kill ends in exactly one job and connects; no
-platform process ends and no Celery process exits. The set is put back in its known state
-afterwards.
+promote the replica. Then: every agent of the crowd has a beat answered as accepted within
+``bound`` seconds of the promotion; no worker changes status (the real ones' agents are judged
+so); a heartbeat sweep completes again within ``bound`` (Celery beat and the sweeper through
+the promoted broker); every request made around the kill ends in exactly one job and connects;
+no platform process ends and no Celery process exits. The workers' heartbeat keys on the new
+master are noted, not judged: the sweep's grace after its own gap sets them all, whether any
+beat got through or not (shown with the agents' server pinned to the lost master). The set is
+put back in its known state afterwards.
 """
 
 from __future__ import annotations
@@ -241,8 +243,6 @@ def run(
                 calls = crowd.calls()
                 answered = first_accepted(calls, promoted_epoch)
 
-                late = sorted(w.public_id for w in everyone if heard.get(w.pk, bound + 1) > bound)
-                drill.check(not late, f"beats not accepted within {bound:g} s of promotion: {late}")
                 unanswered = [
                     m.public_id for m in members if answered.get(m.worker_id, bound + 1) > bound
                 ]
@@ -296,7 +296,7 @@ def run(
                             f"replica promoted {promoted - killed:.1f} s after the SIGKILL",
                             f"each agent's first beat answered after the promotion: "
                             f"{spread(list(answered.values()), agents)}",
-                            f"heartbeat keys set again on the new master: "
+                            f"heartbeat keys set again on the new master (beats or grace): "
                             f"{spread(list(heard.values()), len(everyone))}",
                             f"{refused} crowd beats refused or unanswered from the kill on",
                             "heartbeat sweep done again "
