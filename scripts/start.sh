@@ -14,9 +14,9 @@ export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-${ACTIVATE_DATA_DIR:
 
 # celery_worker QUEUE CONCURRENCY NAME: a Celery worker consuming QUEUE only, started again when
 # it ends by itself: one whose consumer got stuck after a broker outage exits 70
-# (core/watchdog.py), and Celery itself can die of a broker lost mid-task (celery 5.7 with kombu
-# 5.7 on a Redis failover: "Unrecoverable error: AttributeError"). Five deaths in a row within
-# 10 s of starting are no outage but a fault (a bad setting): then it stays down, saying so.
+# (core/watchdog.py), and Celery may die of what nobody has seen yet (the known death of a
+# broker lost mid-task is mended in core/celery_consumer.py). Five deaths in a row within 10 s
+# of starting are no outage but a fault (a bad setting): then it stays down, saying so.
 celery_worker() {
   local child="" started status quick=0
   trap '[ -n "$child" ] && kill -TERM "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
