@@ -53,6 +53,9 @@ class Shedding:
     failures: dict[str, int]
     p99_burst: float
     p99_all: float
+    p99_phases: list[
+        tuple[str, float]
+    ]  # accepted p99 by phase (steady, burst, each interval after)
     p50_all: float
     server_p99_burst: float  # from sending to the answer: the generator's lateness left out
     late_p99_burst: float  # how late the generators sent, in the burst
@@ -232,10 +235,24 @@ def run(
     for _, _, _, status in beats:
         if status not in (ACCEPTED, SHED):
             failures[status] = failures.get(status, 0) + 1
+    phases = [("steady before", 0.0, steady), ("burst", steady, steady + burst)]
+    start = steady + burst
+    while start < steady + burst + after:
+        end = min(start + INTERVAL, steady + burst + after)
+        phases.append((f"after, {start - steady - burst:g}-{end - steady - burst:g} s", start, end))
+        start = end
+    p99_phases = [
+        (name, percentile(
+            [answered - due for due, _, answered, status in beats
+             if status == ACCEPTED and begin <= due < end], 99,
+        ))
+        for name, begin, end in phases
+    ]  # fmt: skip
     measured = Shedding(
         agents=agents_count, steady=steady, burst=burst, after=after, beats=len(beats),
         accepted=len(accepted), shed=sum(1 for b in beats if b[3] == SHED), failures=failures,
         p99_burst=percentile(in_burst, 99), p99_all=percentile(accepted, 99),
+        p99_phases=p99_phases,
         p50_all=percentile(accepted, 50),
         server_p99_burst=percentile([answered - sent for _, sent, answered in burst_beats], 99),
         late_p99_burst=percentile([sent - due for due, sent, _ in burst_beats], 99),
@@ -252,10 +269,14 @@ def run(
         f"{workdir / 'shed-beats.json'})",
         flush=True,
     )
+    for name, p99 in p99_phases:
+        print(f"  shedding: accepted p99 {name}: {millis(p99)}", flush=True)
     return _outcome(measured, server_workers, processes)
 
 
 def _outcome(m: Shedding, server_workers: int, processes: int) -> Outcome:
+    from django.conf import settings
+
     span = m.steady + m.burst + m.after
     table = Table(
         "Shedding: a 10x burst, agents waiting out the server's signed retry-after",
@@ -281,7 +302,12 @@ def _outcome(m: Shedding, server_workers: int, processes: int) -> Outcome:
     )
     table.notes += [
         f"agents' server: scripts/start.sh agents, {server_workers} uvicorn processes, "
-        "activate.settings.prod, admission as shipped (a 50 ms budget, 64 beats in flight).",
+        "activate.settings.prod, admission as shipped (a "
+        f"{settings.ACTIVATE_AGENT_BEAT_BUDGET_MS:g} ms budget, "
+        f"{settings.ACTIVATE_AGENT_BEATS_IN_FLIGHT} beats in flight).",
+        "accepted p99 by the phase the beats were due in: "
+        + ", ".join(f"{name} {millis(p99)}" for name, p99 in m.p99_phases)
+        + ".",
         f"load: {processes} processes of bench/shed_load.py (uvloop) on the same 2 cores; each "
         "agent on a kept connection, a beat signed when due (the node agent's signing), every "
         f"{INTERVAL:g} s ({INTERVAL / BURST:g} s in the burst) at its own phase; told to retry "
