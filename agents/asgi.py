@@ -16,6 +16,7 @@ again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -56,6 +57,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OK = json.dumps(beat_answer("")).encode()
 SIGNATURE_HEADER = signing.SIGNATURE_HEADER.lower().encode()
+# Seconds a shutting-down process gives its last "last seen" write (uvicorn gives connections 10).
+SHUTDOWN_WRITE = 5
 
 
 def _in_database(function: Callable[..., object], *args: object) -> object:
@@ -139,7 +142,9 @@ class AgentServer:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.gate.stop()
-                await self.seen.close()
+                # The last "last seen" writes, but not past the shutdown's own time.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.seen.close(), SHUTDOWN_WRITE)
                 await self.script.close()
                 await self.redis.aclose()
                 await send({"type": "lifespan.shutdown.complete"})

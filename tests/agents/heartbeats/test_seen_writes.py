@@ -4,9 +4,13 @@ worker and goes on at once; beats noted while a write is under way share the nex
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
+import pytest
 from django.db import OperationalError
 
+from agents import asgi
 from agents.asgi import SeenWrites
 
 
@@ -55,3 +59,42 @@ def test_a_failed_write_is_logged_and_the_next_is_written() -> None:
 
     asyncio.run(scenario())
     assert written == [[1], [2]]
+
+
+def test_a_server_shutting_down_gives_a_write_that_hangs_a_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(asgi, "SHUTDOWN_WRITE", 0.2)
+
+    async def scenario() -> list[str]:
+        async def never_done(worker_ids: list[int]) -> None:
+            await asyncio.Event().wait()
+
+        server = asgi.AgentServer(django_application=_no_django)
+        server.seen = SeenWrites(never_done)
+        messages: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+        sent: list[str] = []
+
+        async def send(message: Mapping[str, Any]) -> None:
+            sent.append(message["type"])
+
+        running = asyncio.create_task(server(_lifespan_scope(), messages.get, send))
+        await messages.put({"type": "lifespan.startup"})
+        await asyncio.sleep(0.1)
+        server.seen.note(1)
+        await messages.put({"type": "lifespan.shutdown"})
+        await asyncio.wait_for(running, timeout=5)
+        return sent
+
+    # Given a "last seen" write PostgreSQL never finishes, when the server shuts down
+    sent = asyncio.run(scenario())
+    # Then it completes its shutdown anyway
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
+async def _no_django(scope: object, receive: object, send: object) -> None:
+    raise AssertionError("not for Django")
+
+
+def _lifespan_scope() -> dict[str, Any]:
+    return {"type": "lifespan"}
