@@ -125,9 +125,9 @@ ACTIVATE_AGENT_SIGNATURE_WINDOW = env.number("ACTIVATE_AGENT_SIGNATURE_WINDOW", 
 # beat is shed, answered a signed "retry after N s" before any database or Redis work, while
 # the event loop runs later than the budget (milliseconds: every beat waiting in it waits that
 # long) or this many beats are between admission and answer. N grows with the share shed and
-# is at most ACTIVATE_AGENT_RETRY_AFTER_MAX seconds. The bound in flight stays under the 100
-# connections of the process's redis.asyncio pool: past them a beat fails ("Too many
-# connections", a signed 503 without a delay, retried at once) instead of being shed.
+# is at most ACTIVATE_AGENT_RETRY_AFTER_MAX seconds. Beats' scripts share one pipelined Redis
+# connection per process (agents/pipelined.py), so the bound in flight guards no pool now: it
+# caps how many answers queue behind one another on it.
 ACTIVATE_AGENT_BEAT_BUDGET_MS = env.number("ACTIVATE_AGENT_BEAT_BUDGET_MS", 50, minimum=1)
 ACTIVATE_AGENT_BEATS_IN_FLIGHT = env.integer("ACTIVATE_AGENT_BEATS_IN_FLIGHT", 64, minimum=1)
 ACTIVATE_AGENT_RETRY_AFTER_MAX = env.number(
