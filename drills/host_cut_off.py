@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from contextlib import suppress
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from django.conf import settings
 
@@ -44,7 +45,6 @@ from drills.host_loss import (
 )
 from drills.host_loss import (
     RELAY_CLUSTER,
-    SENDERS,
     Requests,
     forget_relay_cluster,
     freeze_while_submitting,
@@ -122,8 +122,6 @@ def run(target: SshTarget) -> DrillResult:
 
 
 def _redis_port() -> int:
-    from urllib.parse import urlparse
-
     return urlparse(settings.REDIS_URL).port or 6379
 
 
@@ -203,9 +201,7 @@ def _cut(
     began = now()
     before = set(Worker.objects.filter(owner=drill.owner).values_list("pk", flat=True))
     requests = Requests(balancer.url, drill.key)
-    senders = [threading.Thread(target=requests.run, daemon=True) for _ in range(SENDERS)]
-    for sender in senders:
-        sender.start()
+    senders = requests.start()
     pause(REQUESTS_BEFORE)
     frozen_at, locked = freeze_while_submitting(b)
     link.cut()
@@ -348,8 +344,6 @@ def _queued_at(ids: set[int]) -> float | None:
 def _log_count(path: Path, text: str, *, after: float) -> int:
     """Lines of a process's log holding ``text``, stamped after ``after`` (the platform's
     ``YYYY-mm-dd HH:MM:SS,mmm`` or Celery's, the same in brackets)."""
-    from datetime import datetime
-
     count = 0
     with suppress(OSError):
         for line in path.read_text(errors="replace").splitlines():

@@ -106,6 +106,13 @@ class Requests:
     asked: list[Asked] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
+    def start(self, senders: int = SENDERS) -> list[threading.Thread]:
+        """``senders`` threads sending requests until ``stop`` is set; they are returned."""
+        threads = [threading.Thread(target=self.run, daemon=True) for _ in range(senders)]
+        for thread in threads:
+            thread.start()
+        return threads
+
     def run(self) -> None:
         with httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30
@@ -336,9 +343,7 @@ def _lose(
     began = now()
     before = set(Worker.objects.filter(owner=drill.owner).values_list("pk", flat=True))
     requests = Requests(balancer.url, drill.key)
-    senders = [threading.Thread(target=requests.run, daemon=True) for _ in range(SENDERS)]
-    for sender in senders:
-        sender.start()
+    senders = requests.start()
     pause(REQUESTS_BEFORE)
     frozen_at, submitting = freeze_while_submitting(hosts[victim])
     drill.check(

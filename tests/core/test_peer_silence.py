@@ -161,7 +161,7 @@ BROWSER = """
 import json, sys, time
 from websockets.sync.client import connect
 
-url, key = sys.argv[1:3]
+url, key = sys.argv[1], sys.stdin.readline().strip()  # never on a command line
 ws = connect(url, additional_headers={"Authorization": f"Bearer {key}"}, open_timeout=20)
 print(json.dumps({"open": True}), flush=True)
 time.sleep(600)
@@ -199,14 +199,17 @@ def test_a_cut_off_browsers_websocket_is_ended_by_the_web_server_within_the_sile
         with cut_off_host([web.port]) as host:
             url = f"ws://127.0.0.1:{web.port}/ws/workers/{worker.public_id}/terminal/"
             browser = subprocess.Popen(
-                host.argv([sys.executable, "-c", BROWSER, url, key]),
+                host.argv([sys.executable, "-c", BROWSER, url]),
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
                 cwd=REPO,
             )
             try:
-                assert browser.stdout is not None
+                assert browser.stdin is not None and browser.stdout is not None
+                browser.stdin.write(key + "\n")
+                browser.stdin.flush()
                 first = browser.stdout.readline()
                 assert json.loads(first or "{}") == {"open": True}, browser.stderr.read()
                 assert established(web.port) == 1
