@@ -244,7 +244,11 @@ def submitting_processes(pids: Iterable[int]) -> dict[int, int]:
             "AND l.classid = %s AND l.objsubid = 2",
             [LOCK_NAMESPACE],
         )
-        ports = {int(port): int(worker) for worker, port in cursor.fetchall() if port}
+        # One connection holds the locks of every worker its batch submits.
+        ports: dict[int, set[int]] = {}
+        for worker, port in cursor.fetchall():
+            if port:
+                ports.setdefault(int(port), set()).add(int(worker))
     found = {}
     for pid in pids:
         try:
@@ -257,8 +261,7 @@ def submitting_processes(pids: Iterable[int]) -> dict[int, int]:
                     if port in ports:
                         inodes[f"socket:[{fields[9]}]"] = ports[port]
             for fd in Path(f"/proc/{pid}/fd").iterdir():
-                worker = inodes.get(os.readlink(fd))
-                if worker is not None:
+                for worker in inodes.get(os.readlink(fd), ()):
                     found[worker] = pid
         except OSError:
             continue
@@ -294,7 +297,11 @@ def recording_held(
     submitting = mid_submission(worker_ids)
     wait_until(submitting.exists, timeout=timeout, interval=0.002)
     with transaction.atomic():
-        held = {job_name(w.public_id): w.pk for w in submitting.select_for_update()}
+        # Rows a recording is writing now are passed over, never waited for: the recording
+        # takes its rows in its own order, and waiting here for one of them while holding
+        # another it wants is a deadlock.
+        rows = submitting.order_by("pk").select_for_update(skip_locked=True)
+        held = {job_name(w.public_id): w.pk for w in rows}
         caught: dict[int, str] = {}
         deadline = time.monotonic() + timeout
         while held and not caught and time.monotonic() < deadline:
