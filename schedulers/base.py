@@ -150,7 +150,10 @@ JOB_VARIABLE_NAME = "ACTIVATE_JOB_VARIABLE"
 # exit status. A part that came short is never used: the loop stops there, and the jobs it did
 # not answer stay unknown (SchedulerUnavailable: the caller finds them by name before submitting
 # again). A part is read with `head -c` in blocks (the shell's `read` takes a pipe a byte at a
-# time: 5 ms per 12 KB script).
+# time: 5 ms per 12 KB script). A header "#shared SIZE" (no job's name starts with "#") gives
+# bytes every later job's last part ends with, sent once a command instead of once a job: the
+# platform's scripts all end with the same agent, most of their bytes, which the connection
+# would otherwise encrypt and the login host's sshd decrypt once per job.
 #
 # The loop runs in the login host's Python where it has one: one process per command instead of
 # a subshell, a `head` and a pipeline per script, which took a quarter of a Slurm batch's time
@@ -219,11 +222,19 @@ def answer(output, code):
 
 
 def records(sizes_at):
+    shared = b""
     while True:
         header = source.readline()
         if not header:
             return
         words = header.decode(errors="replace").split()
+        if words[:1] == [SHARED]:
+            size = words[1] if len(words) > 1 else ""
+            shared = source.read(int(size)) if size.isdigit() else b""
+            if not size.isdigit() or len(shared) < int(size):
+                sys.stderr.write("shared part cut short\\n")
+                return
+            continue
         sizes = [words[i] if i < len(words) else "" for i in sizes_at]
         if not all(size.isdigit() for size in sizes):
             sys.stderr.write("bad header: %r\\n" % header[:200])
@@ -232,8 +243,12 @@ def records(sizes_at):
         if any(len(part) < int(size) for part, size in zip(parts, sizes)):
             sys.stderr.write("script of %s cut short\\n" % words[0])
             return
+        parts[-1] += shared
         yield words, parts
 """
+SHARED = "#shared"
+# A command's jobs share their end once it is this long (shorter, it is not worth a record).
+SHARED_AT_LEAST = 1024
 HEADER_WORD = re.compile(r"\S+")
 
 
@@ -241,7 +256,7 @@ def submit_program(marker: str, main: str) -> str:
     """The Python loop: SUBMIT_HELPERS, then ``main``, which submits each of ``records(SIZES_AT)``
     (a header's words and its parts; SIZES_AT: where in a header the parts' sizes are) with
     ``answer(*run(argv, part))``."""
-    return f"MARKER = {marker!r}\n{SUBMIT_HELPERS}{main}"
+    return f"MARKER = {marker!r}\nSHARED = {SHARED!r}\n{SUBMIT_HELPERS}{main}"
 
 
 def shell_part(variable: str, size: str) -> str:
@@ -252,6 +267,13 @@ def shell_part(variable: str, size: str) -> str:
         f'[ "${{#{variable}}}" = "${size}" ] || '
         '{ echo "script of $name cut short" >&2; break; }; '
     )
+
+
+def shell_shared(size: str) -> str:
+    """The shell loop's reading of a "#shared" record (its size in ``$size``) into $shared,
+    which the loop appends to each later job's last part; put first in the loop's body, with
+    $shared empty before the loop."""
+    return f'if [ "$name" = "{SHARED}" ]; then ' + shell_part("shared", size) + "continue; fi; "
 
 
 def shell_answer(marker: str) -> str:
@@ -281,6 +303,8 @@ class SubmitLoop:
     command: list[str]
     # The submit command's last line of output when it made the job; group 1 is the id.
     made: re.Pattern[str]
+    # Where in a job's header the size of its last part is (the part "#shared" bytes end).
+    last_size_at: int
 
     def outcomes(self, stdout: str, adapter: SchedulerAdapter) -> list[str | SchedulerError]:
         """One outcome per marker line of the loop's output, in order."""
@@ -307,6 +331,38 @@ class SubmitLoop:
                 )
             output = []
         return outcomes
+
+
+def _with_shared_end(records: list[tuple[list[str], str]], last_size_at: int) -> list[str]:
+    """A command's records (header words, data) as sent: the end every job's data has in
+    common, when long enough and inside each one's last part, in one "#shared" record first."""
+    end = _common_end([text for _, text in records]) if len(records) > 1 else ""
+    size = len(end.encode())
+    if size < SHARED_AT_LEAST or any(size > int(words[last_size_at]) for words, _ in records):
+        return [" ".join(words) + "\n" + text for words, text in records]
+    sent = [f"{SHARED} {size}\n{end}"]
+    for words, text in records:
+        own = [*words]
+        own[last_size_at] = str(int(words[last_size_at]) - size)
+        sent.append(" ".join(own) + "\n" + text[: len(text) - len(end)])
+    return sent
+
+
+def _common_end(texts: list[str]) -> str:
+    """The longest end all ``texts`` have in common."""
+    shortest = min(texts, key=len)
+    low, high = 0, len(shortest)
+    while low < high:  # ending alike is the same for every shorter end: halve the range
+        middle = (low + high + 1) // 2
+        if all(text.endswith(shortest[len(shortest) - middle :]) for text in texts):
+            low = middle
+        else:
+            high = middle - 1
+    return shortest[len(shortest) - low :]
+
+
+# Gives the specs to send in place of a command's specs (submit_many's ``prepare``).
+Prepare = Callable[[list[JobSpec]], list[JobSpec]]
 
 
 class SchedulerAdapter(ABC):
@@ -438,13 +494,21 @@ class SchedulerAdapter(ABC):
         """Submit the job (its script sent on stdin); returns the job id. SchedulerError if
         refused."""
 
-    def submit_many(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
+    def submit_many(
+        self, specs: list[JobSpec], *, prepare: Prepare | None = None
+    ) -> list[str | SchedulerError]:
         """Submit several jobs in as few commands as the scheduler allows.
 
         One outcome per spec, in order: the job id, or that job's own error (a
         SchedulerUnavailable when whether it was made is unknown). SSHError when the command
-        itself failed: then every outcome is unknown. This fallback submits one at a time.
+        itself failed: then every outcome is unknown. ``prepare``, if given, is called in this
+        thread with the specs of each command before that command starts, and gives the specs
+        it sends instead (the same jobs, in order): what must be durable before a job may exist
+        is done there, a command's worth at a time, while the commands before it run. This
+        fallback prepares them all, then submits one at a time.
         """
+        if prepare is not None:
+            specs = prepare(specs)
         outcomes: list[str | SchedulerError] = []
         for spec in specs:
             try:
@@ -461,10 +525,12 @@ class SchedulerAdapter(ABC):
         record: Callable[[JobSpec], tuple[list[str], str]],
         chunk: int,
         parallel: int,
+        prepare: Prepare | None = None,
     ) -> list[str | SchedulerError]:
         """submit_many through a login-host ``loop``: at most ``chunk`` jobs a command, up to
-        ``parallel`` commands at once. ``record`` gives a job's header words and the data after
-        them, or refuses the job (SchedulerError, that job's own outcome)."""
+        ``parallel`` commands at once, each command's specs prepared (``prepare``) just before
+        it starts. ``record`` gives a job's header words and the data after them, or refuses
+        the job (SchedulerError, that job's own outcome)."""
         if not specs:
             return []
         # Equal shares, as many as run at once (or a multiple of it past ``chunk`` jobs each),
@@ -478,11 +544,16 @@ class SchedulerAdapter(ABC):
         def submit_chunk(chunk_specs: list[JobSpec]) -> list[str | SchedulerError]:
             return self._submit_loop_chunk(chunk_specs, loop, record)
 
+        def ready(chunk_specs: list[JobSpec]) -> list[JobSpec]:
+            return chunk_specs if prepare is None else prepare(chunk_specs)
+
         if len(chunks) == 1:
-            return submit_chunk(chunks[0])
+            return submit_chunk(ready(chunks[0]))
         with ThreadPoolExecutor(min(parallel, len(chunks))) as pool:
-            # map() raises the first chunk's SSHError (every outcome then unknown) after all ran.
-            return [outcome for done in pool.map(submit_chunk, chunks) for outcome in done]
+            # The first command starts once its own jobs are prepared, not all of them.
+            sending = [pool.submit(submit_chunk, ready(chunk_specs)) for chunk_specs in chunks]
+            # The first chunk's SSHError (every outcome then unknown) once all have ended.
+            return [outcome for done in sending for outcome in done.result()]
 
     def _submit_loop_chunk(
         self,
@@ -502,10 +573,11 @@ class SchedulerAdapter(ABC):
             except SchedulerError as exc:
                 refused[index] = exc
                 continue
-            records.append(" ".join(words) + "\n" + data)
+            records.append((words, data))
         sent: list[str | SchedulerError] = []
         if records:
-            result = self.runner.run(loop.command, stdin="".join(records))
+            stdin = "".join(_with_shared_end(records, loop.last_size_at))
+            result = self.runner.run(loop.command, stdin=stdin)
             sent = loop.outcomes(result.stdout, self)[: len(records)]
             # The loop stopped early (killed, cut off): those jobs may or may not exist.
             unknown = f"no answer for this job's {loop.submitter}: {result.stderr.strip()[:200]}"

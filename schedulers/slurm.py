@@ -19,6 +19,7 @@ from schedulers.base import (
     JobSpec,
     Partition,
     Phase,
+    Prepare,
     QueryFailed,
     QueryResult,
     SchedulerAdapter,
@@ -28,6 +29,7 @@ from schedulers.base import (
     clock_time,
     shell_answer,
     shell_part,
+    shell_shared,
     submit_command,
     submit_program,
 )
@@ -114,9 +116,11 @@ NOT_FOUND = "Invalid job id specified"
 # (check_spec) to hold no whitespace or shell metacharacters; they are still quoted where used.
 SUBMIT_MARKER = "@@activate-sbatch-exit"
 SUBMIT_LOOP = (
-    "export LC_ALL=C; "
+    "export LC_ALL=C; shared=; "
     "while read -r name partition size; do "
+    + shell_shared("partition")
     + shell_part("script", "size")
+    + 'script="$script$shared"; '
     + 'if [ "$partition" = - ]; then set --; else set -- "--partition=$partition"; fi; '
     'printf \'%s\' "$script" | sbatch --parsable "--job-name=$name" '
     '--output=/dev/null --error=/dev/null "$@" 2>&1; ' + shell_answer(SUBMIT_MARKER) + "done"
@@ -132,7 +136,7 @@ for words, (script,) in records([2]):
 """,
 )
 SUBMIT_COMMAND = submit_command(SUBMIT_PROGRAM, SUBMIT_LOOP)
-SUBMIT = SubmitLoop("sbatch", SUBMIT_MARKER, SUBMIT_COMMAND, SBATCH_OUTPUT)
+SUBMIT = SubmitLoop("sbatch", SUBMIT_MARKER, SUBMIT_COMMAND, SBATCH_OUTPUT, last_size_at=2)
 # Scripts per command: enough that the channel's cost vanishes, few enough that one command
 # stays well inside the command timeout on a slow controller. Up to SUBMIT_PARALLEL commands run
 # at once (channels of the one connection): each sbatch is mostly its own start-up on the login
@@ -418,11 +422,18 @@ class SlurmAdapter(SchedulerAdapter):
             raise SchedulerUnavailable(f"unexpected sbatch output: {result.stdout[:200]!r}")
         return match.group(1)
 
-    def submit_many(self, specs: list[JobSpec]) -> list[str | SchedulerError]:
+    def submit_many(
+        self, specs: list[JobSpec], *, prepare: Prepare | None = None
+    ) -> list[str | SchedulerError]:
         if len(specs) <= 1:
-            return super().submit_many(specs)
+            return super().submit_many(specs, prepare=prepare)
         return self.submit_in_loops(
-            specs, SUBMIT, record=self._record, chunk=SUBMIT_CHUNK, parallel=SUBMIT_PARALLEL
+            specs,
+            SUBMIT,
+            record=self._record,
+            chunk=SUBMIT_CHUNK,
+            parallel=SUBMIT_PARALLEL,
+            prepare=prepare,
         )
 
     def _record(self, spec: JobSpec) -> tuple[list[str], str]:

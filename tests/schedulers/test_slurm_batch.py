@@ -6,12 +6,14 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from schedulers import slurm
-from schedulers.base import JobSpec, SchedulerError, SchedulerUnavailable
+from schedulers.base import CommandResult, JobSpec, SchedulerError, SchedulerUnavailable
 from schedulers.slurm import (
     SUBMIT_COMMAND,
     SUBMIT_MARKER,
@@ -152,6 +154,102 @@ def test_a_batch_past_one_round_is_dealt_in_equal_shares_a_multiple_of_those_at_
     assert [len(share) for share in shares] == [33, 33, 34, 33, 33, 34]
     assert [name for share in shares for name in share] == names
     assert outcomes == ["7"] * 200
+
+
+def test_each_command_is_prepared_just_before_it_starts_and_the_first_starts_before_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given 3 commands at once for 9 jobs, a prepare step that gives each job its environment,
+    # and that waits, for the last command's jobs, until a command has started
+    monkeypatch.setattr(slurm, "SUBMIT_PARALLEL", 3)
+    prepared: set[str] = set()
+    started = threading.Event()
+    unprepared_at_start: list[str] = []
+
+    class Runner(FakeRunner):
+        def run(self, argv: list[str], **kwargs: object) -> CommandResult:
+            names = [name for name, _, _ in sent(kwargs.get("stdin"))]  # type: ignore[arg-type]
+            unprepared_at_start.extend(name for name in names if name not in prepared)
+            started.set()
+            return super().run(argv, **kwargs)  # type: ignore[arg-type]
+
+    def prepare(specs: list[JobSpec]) -> list[JobSpec]:
+        if specs[0].name == "w6":
+            assert started.wait(timeout=10), "no command started before the last was prepared"
+        prepared.update(s.name for s in specs)
+        return [replace(s, environment={"KEY": s.name}) for s in specs]
+
+    runner = Runner().on("sh", ok(answered(*[("7", 0)] * 3)))
+
+    # When they are submitted
+    outcomes = SlurmAdapter(runner).submit_many([spec(f"w{n}") for n in range(9)], prepare=prepare)
+
+    # Then each command sent only jobs already prepared, with what prepare gave them
+    assert outcomes == ["7"] * 9
+    assert unprepared_at_start == []
+    scripts = {name: script for _, stdin in runner.calls for name, _, script in sent(stdin)}
+    assert all(f"export KEY={name}" in script for name, script in scripts.items())
+    assert sorted(scripts) == [f"w{n}" for n in range(9)]
+
+
+def scripts_sent(stdin: str) -> dict[str, str]:
+    """Each job's whole script as the loop puts it together: its own bytes, then the bytes of
+    the "#shared" record before it, if any."""
+    data, shared, scripts = stdin.encode(), b"", {}
+    while data:
+        head, _, data = data.partition(b"\n")
+        words = head.decode().split()
+        size = int(words[-1])
+        if words[0] == "#shared":
+            shared = data[:size]
+        else:
+            scripts[words[0]] = (data[:size] + shared).decode()
+        data = data[size:]
+    return scripts
+
+
+def test_the_end_every_script_shares_goes_once_a_command_and_each_script_arrives_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given 12 jobs, 3 commands at once, each job's script ending with the same 20 KB agent
+    monkeypatch.setattr(slurm, "SUBMIT_PARALLEL", 3)
+    agent = "exec python3 - <<'EOF'\n" + "print('agent')\n" * 1400 + "EOF"
+    specs = [spec(f"w{n}", environment={"KEY": f"key-{n}"}, command=agent) for n in range(12)]
+    runner = FakeRunner().on("sh", ok(answered(*[("7", 0)] * 4)))
+
+    outcomes = SlurmAdapter(runner).submit_many(specs)
+
+    # Then each command carries the agent once, and each script is whole once put together
+    assert outcomes == ["7"] * 12
+    assert len(runner.calls) == 3
+    for _, stdin in runner.calls:
+        assert stdin is not None and stdin.count("print('agent')") == 1400
+    scripts = {name: s for _, stdin in runner.calls for name, s in scripts_sent(stdin).items()}
+    adapter = SlurmAdapter(FakeRunner())
+    assert scripts == {s.name: adapter.render_script(s) for s in specs}
+
+
+@pytest.mark.parametrize("login_host", LOGIN_HOSTS)
+def test_the_loop_ends_each_later_script_with_the_shared_bytes_and_never_uses_them_cut_short(
+    tmp_path: Path, login_host: str
+) -> None:
+    # Given a shared end (multibyte, trailing newlines) and two scripts after it
+    shared = "echo 'héllo $HOME `id`'\n" * 100 + "\n\n"
+    own = ["#!/bin/bash\n#SBATCH --job-name=a\n", "#!/bin/bash\n"]
+    stdin = f"#shared {len(shared.encode())}\n{shared}" + "".join(
+        f"n{i} - {len(s.encode())}\n{s}" for i, s in enumerate(own)
+    )
+
+    output, received = run_loop(stdin.encode(), tmp_path, login_host)
+
+    # Then sbatch got each script whole, its own bytes and then the shared ones
+    assert received == [(s + shared).encode() for s in own]
+    assert parse_submit_loop(output, SlurmAdapter(FakeRunner())) == ["100", "101"]
+    # When the connection drops inside the shared bytes: nothing is submitted
+    cut = stdin.encode()[: len(shared) // 2]
+    output, received = run_loop(cut, tmp_path / "cut", login_host)
+    assert received == []
+    assert SUBMIT_MARKER not in output
 
 
 FAKE_SBATCH = """#!/bin/sh

@@ -85,14 +85,20 @@ def _submit_group(worker_ids: list[int]) -> dict[int, str]:
             pk: "not pending" if pk in taken else "another submission is in progress"
             for pk in worker_ids
         }
-        workers = list(
-            Worker.objects.select_related("cluster", "account")
-            .filter(pk__in=taken, status=S.PENDING)
-            .order_by("pk")
-        )
+        workers = list(Worker.objects.filter(pk__in=taken, status=S.PENDING).order_by("pk"))
         if workers:
+            _share_cluster_and_account(workers)
             outcomes.update(_submit_locked(workers))
     return outcomes
+
+
+def _share_cluster_and_account(workers: list[Worker]) -> None:
+    """The group's one cluster and account, read once and set on each (not a copy a row)."""
+    cluster = Cluster.objects.get(pk=workers[0].cluster_id)
+    account_id = workers[0].account_id
+    account = None if account_id is None else ClusterAccount.objects.get(pk=account_id)
+    for worker in workers:
+        worker.cluster, worker.account = cluster, account
 
 
 def _submit_locked(workers: list[Worker]) -> dict[int, str]:
@@ -145,8 +151,16 @@ def _send_jobs(
     found = adapter.find_jobs(retried) if retried else {}
     adopted = [(w, found[w.job_name]) for w in workers if w.job_name in found]
     fresh = [w for w in workers if w.job_name not in found]
-    results = adapter.submit_many(_specs_with_new_secrets(fresh)) if fresh else []
-    return adopted, fresh, results
+    if not fresh:
+        return adopted, fresh, []
+    by_name = {w.job_name: w for w in fresh}
+
+    def with_new_secrets(specs: list[JobSpec]) -> list[JobSpec]:
+        return _specs_with_new_secrets([by_name[spec.name] for spec in specs])
+
+    # Keyed a command's worth at a time: the first command starts while the rest are keyed.
+    unkeyed = [JobSpec(name=w.job_name, partition=w.job_partition, directives=[]) for w in fresh]
+    return adopted, fresh, adapter.submit_many(unkeyed, prepare=with_new_secrets)
 
 
 def _may_have_a_job(worker: Worker) -> bool:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import subprocess
 import time
+from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from core.transport.connection import commands_run_total
 from schedulers import slurm
+from schedulers.base import JobSpec, SchedulerError
 from tests.conftest import SshTarget
 from tests.workers.jobs.conftest import sbatch_as, squeue_ids
 from workers_app.actions import clusters, jobs, lifecycle
-from workers_app.models import Cluster, Reachability, Worker, job_name_for
+from workers_app.models import Cluster, Reachability, Worker, hash_secret, job_name_for
 from workers_app.statuses import WorkerStatus
 
 S = WorkerStatus
@@ -88,6 +91,44 @@ def test_a_first_attempt_runs_only_the_submit_command_and_a_retry_looks_first(
     assert jobs.submit_worker(retried.pk) == f"submitted as job {earlier}"
     assert commands_run_total() - before == 1  # the lookup found it: no second job
     assert squeue_ids(ssh_target, retried.job_name) == [earlier]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_batch_command_runs_only_once_its_jobs_new_agent_secrets_are_committed(
+    monkeypatch: pytest.MonkeyPatch, new_worker, ssh_target: SshTarget
+) -> None:
+    # Given 12 pending workers, submitted 3 commands at once (so in commands of 4)
+    monkeypatch.setattr(slurm, "SUBMIT_PARALLEL", 3)
+    workers = [new_worker(directives="--begin=now+7days") for _ in range(12)]
+    by_name = {w.job_name: w.pk for w in workers}
+    stored_at_start: dict[str, tuple[str, str]] = {}
+    sending = slurm.SlurmAdapter._submit_loop_chunk
+
+    def noting_what_is_committed(
+        adapter: slurm.SlurmAdapter, specs: list[JobSpec], *args: Any
+    ) -> list[str | SchedulerError]:
+        # This thread's own database connection sees only what was committed.
+        hashes = dict(
+            Worker.objects.filter(pk__in=[by_name[s.name] for s in specs]).values_list(
+                "pk", "agent_secret_hash"
+            )
+        )
+        connection.close()
+        for s in specs:
+            given = hash_secret(s.environment["ACTIVATE_AGENT_KEY"])
+            stored_at_start[s.name] = (hashes[by_name[s.name]], given)
+        return sending(adapter, specs, *args)
+
+    monkeypatch.setattr(slurm.SlurmAdapter, "_submit_loop_chunk", noting_what_is_committed)
+
+    # When they are submitted together
+    outcomes = jobs.submit_workers([w.pk for w in workers])
+
+    # Then each job's command started with that job's new secret's hash already committed
+    assert all(o.startswith("submitted as job") for o in outcomes.values()), outcomes
+    assert sorted(stored_at_start) == sorted(by_name)
+    assert all(stored == given for stored, given in stored_at_start.values())
+    assert len({given for _, given in stored_at_start.values()}) == 12
 
 
 def test_with_200_live_workers_one_poll_runs_one_status_command(
