@@ -157,15 +157,27 @@ JOB_VARIABLE_NAME = "ACTIVATE_JOB_VARIABLE"
 #
 # The loop runs in the login host's Python where it has one: one process per command instead of
 # a subshell, a `head` and a pipeline per script, which took a quarter of a Slurm batch's time
-# (docs/benchmarks.md). Same input, same output. Only `os` and `sys` (already loaded at start-up;
-# `subprocess` alone takes 18 ms to import), and what any Python 3 has. It travels as one line
-# with no "!" (exec of its repr): csh refuses a line break inside quotes and expands "!". The
-# submit command starts by posix_spawn (sbatch: 3.4 ms a job in a serial loop here, 5.0 by fork:
-# a fork copies the interpreter), by fork where Python is older than 3.8.
+# (docs/benchmarks.md). Same input, same output. Only `os`, `sys` (already loaded at start-up;
+# `subprocess` alone takes 18 ms to import) and `select`, and what any Python 3 has. It travels
+# as one line with no "!" (exec of its repr): csh refuses a line break inside quotes and expands
+# "!". The submit command starts by posix_spawn (sbatch: 3.4 ms a job in a serial loop here, 5.0
+# by fork: a fork copies the interpreter), by fork where Python is older than 3.8.
+#
+# Once the platform has left (its command timed out: the channel, and with it the reader of the
+# loop's stdout, closed) the loop submits nothing more: it starts no further job and ends the
+# submit command under way, which would otherwise make its job after the platform's retry had
+# looked the name up (a duplicate: sbatch waits and retries while the controller refuses new
+# jobs, past any command timeout). The shell loop stops at its next answer (SIGPIPE).
 SUBMIT_HELPERS = """
-import os, sys
+import os, select, sys
 env = dict(os.environ, LC_ALL="C")
 source = sys.stdin.buffer
+
+
+def left():
+    watch = select.poll()
+    watch.register(1, 0)
+    return bool(watch.poll(0))
 
 
 def start(argv, data_in, answer_out):
@@ -188,6 +200,8 @@ def start(argv, data_in, answer_out):
 
 
 def run(argv, data):
+    if left():
+        sys.exit(3)
     data_in, data_out = os.pipe()
     answer_in, answer_out = os.pipe()
     try:
@@ -204,8 +218,16 @@ def run(argv, data):
     except OSError:
         pass
     os.close(data_out)
+    watch = select.poll()
+    watch.register(answer_in, select.POLLIN)
+    watch.register(1, 0)
     chunks = []
     while True:
+        ready = dict(watch.poll())
+        if 1 in ready:
+            os.kill(pid, 15)
+            os.waitpid(pid, 0)
+            sys.exit(3)
         chunk = os.read(answer_in, 65536)
         if not chunk:
             break
