@@ -29,7 +29,7 @@ from bench.dask_peer import PeerRace, PeerScheduler, peer_python, race
 from bench.report import Goal, Outcome, Table, millis, percentile, seconds, times
 from harness import HarnessError
 from harness.cells import cell
-from harness.cluster import SshTarget, sshd_connections
+from harness.cluster import SshTarget, sshd_connections, testcluster
 from harness.objects import (
     CLUSTER_NAME,
     HELD_ENVIRONMENT,
@@ -115,6 +115,8 @@ class Side:
     listed: Callable[[], dict[str, str]]
     lister: str
     peer: PeerScheduler
+    # Brings the scheduler back to no job at all, ended ones included, before each round.
+    emptied: Callable[[], None] = lambda: None
 
 
 GRIDENGINE_CLUSTER = "bench-gridengine"
@@ -129,6 +131,9 @@ def _slurm_side(target: SshTarget) -> Side:
         lambda: target.jobs(all_states=True),
         "squeue --states=all",
         PeerScheduler("slurm", target.partition, target.cancel_names),
+        # slurmctld keeps an ended job MinJobAge (600 s here) and refuses new ones past
+        # MaxJobCount: five rounds of 4 x 1,000 reach it within minutes.
+        lambda: testcluster("empty-slurmctld"),
     )
 
 
@@ -479,8 +484,10 @@ def _platform(
             theirs: list[PeerRace] = []
             ours: list[Way] = []
             for _ in range(repetitions):
-                # Peer, platform, platform, peer: the controller keeps every job it was given
-                # for a while and slows as they pile up, so whoever went first is favoured.
+                # Each round on an empty controller; then peer, platform, platform, peer: it
+                # keeps every job it was given for a while and slows as they pile up, so
+                # whoever went first is favoured.
+                side.emptied()
                 for run in ("peer", "ours", "ours", "peer"):
                     if run == "peer":
                         theirs.append(peer(side, count))

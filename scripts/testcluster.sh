@@ -5,7 +5,7 @@
 #
 # Usage: scripts/testcluster.sh {up|down|status|check|env|
 #                                stop-sshd|start-sshd|stop-slurmctld|start-slurmctld|
-#                                stop-qmaster|start-qmaster}
+#                                empty-slurmctld|stop-qmaster|start-qmaster}
 #
 # Idempotent: `up` on an already running cluster only verifies it (fast).
 # Must run as root. See scripts/README.md.
@@ -581,7 +581,7 @@ EOF
 # -------------------------------------------------------------------- main --
 usage() {
     cat >&2 <<EOF
-usage: $0 {up|down|status|check|env|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld|stop-qmaster|start-qmaster}
+usage: $0 {up|down|status|check|env|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld|empty-slurmctld|stop-qmaster|start-qmaster}
 EOF
     exit 2
 }
@@ -591,7 +591,7 @@ case "$cmd" in
     env)
         echo "$ENV_FILE"
         exit 0 ;;
-    up|down|status|check|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld|stop-qmaster|start-qmaster) ;;
+    up|down|status|check|stop-sshd|start-sshd|stop-slurmctld|start-slurmctld|empty-slurmctld|stop-qmaster|start-qmaster) ;;
     *) usage ;;
 esac
 
@@ -643,6 +643,14 @@ case "$cmd" in
     stop-slurmctld)
         stop_slurmctld ;;
     start-slurmctld)
+        ensure_munge
+        start_slurmctld
+        wait_node_ready ;;
+    empty-slurmctld)
+        # Every job forgotten, ended ones too (kept MinJobAge): a controller as if new, which
+        # benchmarks race on. Job ids start again from 1.
+        stop_slurmctld
+        rm -rf "$SLURM_STATE_DIR"/job_state "$SLURM_STATE_DIR"/job_state.old "$SLURM_STATE_DIR"/hash.*
         ensure_munge
         start_slurmctld
         wait_node_ready ;;
