@@ -174,12 +174,6 @@ env = dict(os.environ, LC_ALL="C")
 source = sys.stdin.buffer
 
 
-def left():
-    watch = select.poll()
-    watch.register(1, 0)
-    return bool(watch.poll(0))
-
-
 def start(argv, data_in, answer_out):
     if hasattr(os, "posix_spawnp"):
         dup = os.POSIX_SPAWN_DUP2
@@ -200,7 +194,9 @@ def start(argv, data_in, answer_out):
 
 
 def run(argv, data):
-    if left():
+    watch = select.poll()
+    watch.register(1, 0)
+    if watch.poll(0):
         sys.exit(3)
     data_in, data_out = os.pipe()
     answer_in, answer_out = os.pipe()
@@ -218,9 +214,7 @@ def run(argv, data):
     except OSError:
         pass
     os.close(data_out)
-    watch = select.poll()
     watch.register(answer_in, select.POLLIN)
-    watch.register(1, 0)
     chunks = []
     while True:
         ready = dict(watch.poll())
