@@ -18,7 +18,7 @@ from bench.report import Goal, Outcome, Table, percentile, seconds
 from harness import HarnessError
 from harness.agents import freeze_agent, thaw
 from harness.cluster import SshTarget
-from harness.objects import RUN_ENVIRONMENT, end_run, job_name, run_user, start_afresh
+from harness.objects import RUN_ENVIRONMENT, end_run, job_keys, run_user, start_afresh
 from harness.platform import FAST_KNOBS, NO_RECONCILE, Platform
 from harness.waiting import wait_until
 
@@ -82,7 +82,7 @@ def run(target: SshTarget, *, workers: int = 5) -> Outcome:
     finally:
         for pids in frozen.values():
             thaw(pids)
-        names = [job_name(p) for p in Worker.objects.values_list("public_id", flat=True)]
+        names = list(job_keys(Worker.objects.values_list("public_id", flat=True)).values())
         wait_until(lambda: not set(names) & set(target.job_names()), timeout=60)
         end_run(platform, target, names)
     return _outcome(detected, reasons, interval, timeout, sweep)

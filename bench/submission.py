@@ -35,7 +35,7 @@ from harness.objects import (
     HELD_ENVIRONMENT,
     HOLD_DIRECTIVE,
     forget_workers,
-    job_name,
+    job_keys,
     register_cluster,
     run_id,
     run_user,
@@ -243,6 +243,23 @@ def _local_loop(
     return way, ids
 
 
+def _local_array(target: SshTarget, script: str, name: str, count: int) -> tuple[Way, list[str]]:
+    """One `sbatch --array` where the scheduler is: every job a task of one array, the fewest
+    submissions there can be (the platform sends a bulk as arrays of up to ARRAY_TASKS)."""
+    with tempfile.TemporaryDirectory(prefix="bench-sbatch-") as tmp:
+        path = Path(tmp) / "job.sh"
+        path.write_text(script)
+        Path(tmp).chmod(0o755)
+        path.chmod(0o644)
+        line = f"sbatch --parsable --job-name={name} --array=0-{count - 1} < {path}"
+        connections = sshd_connections()
+        started = time.perf_counter()
+        ids = target.sbatch_locally([line])
+        elapsed = time.perf_counter() - started
+    label = "one local sbatch --array of every job (the limit of arrays)"
+    return Way(label, count, elapsed, sshd_connections() - connections, f"{1 / count:.3f}"), ids
+
+
 def _ssh_loop(
     target: SshTarget, script: str, names: list[str], *, multiplexed: bool = False
 ) -> tuple[Way, list[str]]:
@@ -430,7 +447,12 @@ def _platform(
         with JobWatcher(side.listed) as watcher, ThreadPoolExecutor(len(sizes)) as pool:
             started = time.monotonic()
             answers = list(pool.map(lambda size: post_bulk(side, size), sizes))
-            names = {job_name(public_id) for ids, _ in answers for public_id in ids}
+            public_ids = [public_id for ids, _ in answers for public_id in ids]
+            # A worker's job is known by its key once recorded (a task of an array has its
+            # array's name); the watcher notes when each key was first listed meanwhile.
+            recorded = Worker.objects.filter(public_id__in=public_ids, status=WorkerStatus.PENDING)
+            wait_until(lambda: not recorded.exists(), timeout=300, interval=0.2)
+            names = set(job_keys(public_ids).values())
             if not wait_until(lambda: names <= watcher.first_seen.keys(), timeout=300):
                 missing = len(names - watcher.first_seen.keys())
                 raise HarnessError(f"{missing} of {count} jobs never listed by {side.lister}")
@@ -504,7 +526,7 @@ def _platform(
         return races, latencies
     finally:
         platform.stop_all()
-        names = {job_name(p) for p in Worker.objects.values_list("public_id", flat=True)}
+        names = set(job_keys(Worker.objects.values_list("public_id", flat=True)).values())
         for side in sides:
             side.peer.cancel_names(names)
         forget_workers()
@@ -567,7 +589,7 @@ def _job_counts(side: Side, names: set[str]) -> dict[str, int]:
 class References:
     """The loops the platform is compared with besides dask-jobqueue, and its own costs."""
 
-    others: list[Way]  # the ssh loop, the multiplexed one, the serial local loop
+    others: list[Way]  # the ssh loop, the multiplexed one, the serial local loop, one array
     local: Way  # local sbatch with the platform's parallelism
     cost: SubmitCost
     script_size: int
@@ -594,7 +616,10 @@ def _references(target: SshTarget, tag: str, count: int, cost_samples: int) -> R
     )
     target.cancel_ids(ids)
     print(f"  ssh sbatch loop, multiplexed: {muxed.elapsed:.2f} s", flush=True)
-    return References([ssh, muxed, serial], local, cost, len(script))
+    array, ids = _local_array(target, script, f"{tag}-array", count)
+    target.cancel_ids(ids)
+    print(f"  one local sbatch --array: {array.elapsed:.2f} s", flush=True)
+    return References([ssh, muxed, serial, array], local, cost, len(script))
 
 
 def run(
@@ -726,12 +751,13 @@ def _outcome(
     for side in dict.fromkeys(side for side, _, _ in races):
         peers.notes += next(theirs for s, _, theirs in races if s is side).notes
     peers.notes.append(
-        "the platform: each bulk request is one Celery task; it sends the jobs in chunks of up "
-        f"to {slurm.SUBMIT_CHUNK} per command, {slurm.SUBMIT_PARALLEL} commands at once on its "
-        "kept SSH connection (schedulers/slurm.py; Grid Engine "
-        f"{gridengine.SUBMIT_CHUNK} and {gridengine.SUBMIT_PARALLEL}), each command started "
-        "once its own jobs' agent keys are committed, the agent every script ends with sent "
-        "once a command"
+        "the platform: each bulk request is one Celery task; on Slurm its jobs go as job arrays "
+        f"of up to {slurm.ARRAY_TASKS} tasks, {slurm.ARRAY_PARALLEL} at once, each one command "
+        "on the kept SSH connection (every task's environment file, then one sbatch --array; "
+        "schedulers/slurm.py); on Grid Engine in chunks of up to "
+        f"{gridengine.SUBMIT_CHUNK} jobs per command, {gridengine.SUBMIT_PARALLEL} commands at "
+        "once, one qsub a job, the agent every script ends with sent once a command; each "
+        "command started once its own jobs' agent keys are committed"
     )
     p95 = percentile(latencies, 95)
     goals.append(
@@ -801,9 +827,9 @@ def _against_loops(race: tuple[Way, PeerRace], loops: References) -> tuple[list[
     table.notes += [
         f"the loops submit the same {script_size}-byte script (the platform's, agent "
         f"included), with {HOLD_DIRECTIVE}; the ssh loops run one sbatch after the other; "
-        f"the limit runs {SUBMIT_PARALLEL} local loops at once, as the platform runs "
-        f"{SUBMIT_PARALLEL} sbatch commands at once; dask-jobqueue submits its own worker "
-        "script, with the same directive.",
+        f"the limit of one sbatch a job runs {SUBMIT_PARALLEL} local loops at once; the limit "
+        "of arrays is one local sbatch --array of them all; dask-jobqueue submits its own "
+        "worker script, with the same directive.",
     ]
     costs = Table(
         "What one submission costs over the kept SSH connection (in-process, serial)",

@@ -21,7 +21,7 @@ from collections import Counter
 from drills.drill import Drill, DrillResult, pause, recording_held, unrecorded
 from harness import HarnessError
 from harness.cluster import SshTarget
-from harness.objects import HELD_ENVIRONMENT, RUN_ENVIRONMENT, job_name
+from harness.objects import HELD_ENVIRONMENT, RUN_ENVIRONMENT, job_keys, job_name
 from harness.waiting import wait_until
 
 NAME = "Delete workers in every status, including mid-submit"
@@ -104,7 +104,7 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
         drill.result.repetitions = sum(deleted_in.values())
         ended = drill.wait_status(workers, set(FINISHED), timeout=90)
         drill.check(ended, f"deleted workers not ended: {drill.statuses(workers)}")
-        names = {job_name(w.public_id) for w in workers}
+        names = set(job_keys(w.public_id for w in workers).values())
         gone = wait_until(lambda: not names & set(target.job_names()), timeout=90, interval=1)
         left = sorted(names & set(target.job_names()))
         drill.check(gone, f"jobs of deleted workers still in squeue: {left}")

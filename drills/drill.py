@@ -24,6 +24,8 @@ from harness.objects import (
     RUN_ENVIRONMENT,
     all_workers,
     end_run,
+    job_key,
+    job_keys,
     job_name,
     run_user,
     start_afresh,
@@ -193,16 +195,23 @@ class Drill:
         ]
 
     def job_counts(self, workers: Iterable[Worker], *, all_states: bool = True) -> dict[str, int]:
-        """Jobs per worker by name in squeue (with all_states, ended ones not yet purged too)."""
-        counts = {job_name(w.public_id): 0 for w in workers}
-        for name in self.target.job_names(all_states=all_states):
-            if name in counts:
-                counts[name] += 1
+        """Jobs per worker in squeue by its key (with all_states, ended ones not yet purged
+        too). A task of an array made for these workers that no worker's key names is a second
+        job of one of them: counted under its own key as two."""
+        names = {w.public_id: job_name(w.public_id) for w in workers}
+        keys = job_keys(names)
+        counts = dict.fromkeys(keys.values(), 0)
+        ours = tuple(f"{name}-" for name in names.values())
+        for key in self.target.job_names(all_states=all_states):
+            if key in counts:
+                counts[key] += 1
+            elif key.startswith(ours) and key.endswith("]"):
+                counts[key] = 2
         return counts
 
     def job_ids(self, worker: Worker) -> list[str]:
-        name = job_name(worker.public_id)
-        return [i for i, n in self.target.jobs(all_states=True).items() if n == name]
+        key = job_key(worker.public_id)
+        return [i for i, n in self.target.jobs(all_states=True).items() if n == key]
 
     # -- clean-up ---------------------------------------------------------------------------
 
@@ -214,7 +223,7 @@ class Drill:
 
         names: list[str] = []
         try:
-            names = [job_name(w.public_id) for w in self.workers()]
+            names = list(job_keys(w.public_id for w in self.workers()).values())
             if "web" in self.platform.processes and "worker" in self.platform.processes:
                 for worker in Worker.objects.filter(status__in=LIVE):
                     try:
@@ -301,7 +310,7 @@ def recording_held(
         # takes its rows in its own order, and waiting here for one of them while holding
         # another it wants is a deadlock.
         rows = submitting.order_by("pk").select_for_update(skip_locked=True)
-        held = {job_name(w.public_id): w.pk for w in rows}
+        held = {w.job_key: w.pk for w in rows}
         caught: dict[int, str] = {}
         deadline = time.monotonic() + timeout
         while held and not caught and time.monotonic() < deadline:

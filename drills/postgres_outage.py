@@ -14,7 +14,7 @@ import time
 from drills.drill import Drill, DrillResult, now, pause
 from drills.servers import PostgresServer, django_on
 from harness.cluster import SshTarget
-from harness.objects import CLUSTER_NAME, HELD_ENVIRONMENT, job_name
+from harness.objects import CLUSTER_NAME, HELD_ENVIRONMENT, job_key
 
 NAME = "PostgreSQL stopped for 3x the heartbeat timeout"
 
@@ -71,7 +71,7 @@ def run(target: SshTarget, *, factor: float = 3.0) -> DrillResult:
             drill.check(
                 submitted, f"the request answered 201 was not submitted: {drill.statuses(late)}"
             )
-            jobs = drill.job_counts(late).get(job_name(late_id), 0)
+            jobs = drill.job_counts(late).get(job_key(late_id), 0)
             drill.check(jobs == 1, f"the request answered 201 has {jobs} jobs")
             pause(max(0.0, timeout + 3 * sweep - (time.monotonic() - back)))
             changes = drill.changes_since(began, everyone)

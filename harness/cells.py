@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness import HarnessError
-from harness.cluster import SshTarget, read_cluster_env
+from harness.cluster import SshTarget, listing_key, read_cluster_env
 
 
 def _run(argv: list[str]) -> str:
@@ -63,8 +63,9 @@ class Cell(ABC):
 
 class SlurmCell(Cell):
     def jobs(self, user: str) -> dict[str, str]:
-        listed = _run(["squeue", "--noheader", "-u", user, "-o", "%i|%j"])
-        return dict(line.strip().split("|", 1) for line in listed.splitlines() if line.strip())
+        listed = _run(["squeue", "--noheader", "--array", "-u", user, "-o", "%i|%j"])
+        pairs = (line.strip().split("|", 1) for line in listed.splitlines() if line.strip())
+        return {job_id: listing_key(job_id, name) for job_id, name in pairs}
 
     def owner(self, job_id: str) -> str:
         return _run(["squeue", "-h", "-j", job_id, "-o", "%u"]).strip()

@@ -84,8 +84,9 @@ class SshTarget:
     # -- the account's jobs -----------------------------------------------------------------
 
     def jobs(self, *, all_states: bool = False) -> dict[str, str]:
-        """Jobs of the account: id -> name (live ones, or also recently ended ones)."""
-        argv = ["squeue", "--noheader", "-u", self.user, "-o", "%i|%j"]
+        """Jobs of the account: id -> key (live ones, or also recently ended ones): a job's name,
+        or a task of an array by its array's name and index (``listing_key``)."""
+        argv = ["squeue", "--noheader", "--array", "-u", self.user, "-o", "%i|%j"]
         if all_states:
             argv.insert(2, "--states=all")
         result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
@@ -93,7 +94,7 @@ class SshTarget:
         for line in result.stdout.splitlines():
             job_id, _, name = line.strip().partition("|")
             if job_id:
-                jobs[job_id] = name
+                jobs[job_id] = listing_key(job_id, name)
         return jobs
 
     def job_names(self, *, all_states: bool = False) -> list[str]:
@@ -183,3 +184,12 @@ def sshd_connections() -> int:
         return SSHD_LOG.read_text(errors="replace").count("Accepted publickey")
     except OSError:
         return -1
+
+
+def listing_key(job_id: str, name: str) -> str:
+    """A job as squeue --array lists it (%i|%j), by its key: a task of an array ("12_3") by
+    its array's name and index (schedulers.base.task_key)."""
+    from schedulers.base import task_key
+
+    array, underscore, index = job_id.partition("_")
+    return task_key(name, index) if underscore and array.isdigit() and index.isdigit() else name

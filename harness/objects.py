@@ -32,6 +32,24 @@ def job_name(public_id: str) -> str:
     return job_name_for(public_id)
 
 
+def job_keys(public_ids: Iterable[str]) -> dict[str, str]:
+    """public id -> what the scheduler's listing (``SshTarget.jobs``) names the worker's job by,
+    as its last submission committed it: its own name, or its task of a job array."""
+    from workers_app.models import Worker, job_name_for
+
+    wanted = set(public_ids)
+    keys = {public_id: job_name_for(public_id) for public_id in wanted}
+    for public_id, task in Worker.objects.filter(public_id__in=wanted, job_task__gt="").values_list(
+        "public_id", "job_task"
+    ):
+        keys[public_id] = task
+    return keys
+
+
+def job_key(public_id: str) -> str:
+    return job_keys([public_id])[public_id]
+
+
 def run_id() -> str:
     """A short tag that names this run's objects apart from everyone else's."""
     return secrets.token_hex(3)

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from core.transport.commands import CommandResult
 
@@ -133,6 +133,41 @@ class JobSpec:
     directives: list[str]  # already validated options, e.g. ["--time=04:00:00"]
     environment: dict[str, str] = field(default_factory=dict)
     command: str = ""  # shell text run by the job; the job ends when it ends
+    # Set by an adapter that sends the job as task ``index`` of a job array named ``array``
+    # (its tasks share that name: the job is found by task_key(array, index), not by ``name``).
+    array: str = ""
+    index: int = 0
+
+    @property
+    def key(self) -> str:
+        """What a listing of the scheduler's jobs names this job by (``list_platform_jobs``)."""
+        return task_key(self.array, self.index) if self.array else self.name
+
+
+def task_key(array: str, index: int | str) -> str:
+    """How a task of a job array is named in lookups and listings: its array's name and its
+    index, "NAME[INDEX]" (a job's own name never ends so: job names are validated words)."""
+    return f"{array}[{index}]"
+
+
+def environment_file(spec: JobSpec) -> str:
+    """A job's environment as the lines of a file its script reads with ``set -a; .``: kept
+    out of the script where the script is shared or shown to others."""
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(spec.environment.items()))
+
+
+# The account's private folder a job's environment file waits in (``environment_file``).
+JOBS_FOLDER = "/.activate/jobs"
+ENVIRONMENT_DIR = "$HOME" + JOBS_FOLDER
+
+
+def reads_environment(script: str, path: str) -> str:
+    """``script`` (a render without environment) reading and removing its environment file
+    ``path`` (shell words, e.g. quoted with variables) before its first command."""
+    lines = script.split("\n")
+    header = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    lines.insert(header, f"set -a; . {path} || exit 1; set +a; rm -f {path}")
+    return "\n".join(lines)
 
 
 # Values that may go into a directive: no whitespace, no shell or line metacharacters.
@@ -379,6 +414,39 @@ def _common_end(texts: list[str]) -> str:
 
 # Gives the specs to send in place of a command's specs (submit_many's ``prepare``).
 Prepare = Callable[[list[JobSpec]], list[JobSpec]]
+Outcomes = list[str | SchedulerError]
+T = TypeVar("T")
+
+
+def equal_shares(items: list[T], *, most: int, parallel: int) -> list[list[T]]:
+    """``items`` in order, dealt in equal shares of at most ``most``: as many as run at once (or
+    a multiple of it), so that no command is left running alone at the end."""
+    if not items:
+        return []
+    rounds = -(-len(items) // (parallel * most))
+    count = min(len(items), parallel * rounds)
+    return [items[i * len(items) // count : (i + 1) * len(items) // count] for i in range(count)]
+
+
+def send_at_once(
+    shares: list[list[JobSpec]],
+    send: Callable[[list[JobSpec]], Outcomes],
+    *,
+    parallel: int,
+    prepare: Prepare | None,
+) -> Outcomes:
+    """Each share's outcomes, in order: up to ``parallel`` sent at once, each prepared in this
+    thread just before it is sent (the first command starts once its own jobs are prepared)."""
+
+    def ready(share: list[JobSpec]) -> list[JobSpec]:
+        return share if prepare is None else prepare(share)
+
+    if len(shares) == 1:
+        return send(ready(shares[0]))
+    with ThreadPoolExecutor(min(parallel, len(shares))) as pool:
+        sending = [pool.submit(send, ready(share)) for share in shares]
+        # The first share's SSHError (every outcome then unknown) once all have ended.
+        return [outcome for done in sending for outcome in done.result()]
 
 
 class SchedulerAdapter(ABC):
@@ -549,27 +617,12 @@ class SchedulerAdapter(ABC):
         the job (SchedulerError, that job's own outcome)."""
         if not specs:
             return []
-        # Equal shares, as many as run at once (or a multiple of it past ``chunk`` jobs each),
-        # so that no command is left running alone at the end.
-        rounds = -(-len(specs) // (parallel * chunk))
-        count = min(len(specs), parallel * rounds)
-        chunks = [
-            specs[i * len(specs) // count : (i + 1) * len(specs) // count] for i in range(count)
-        ]
 
         def submit_chunk(chunk_specs: list[JobSpec]) -> list[str | SchedulerError]:
             return self._submit_loop_chunk(chunk_specs, loop, record)
 
-        def ready(chunk_specs: list[JobSpec]) -> list[JobSpec]:
-            return chunk_specs if prepare is None else prepare(chunk_specs)
-
-        if len(chunks) == 1:
-            return submit_chunk(ready(chunks[0]))
-        with ThreadPoolExecutor(min(parallel, len(chunks))) as pool:
-            # The first command starts once its own jobs are prepared, not all of them.
-            sending = [pool.submit(submit_chunk, ready(chunk_specs)) for chunk_specs in chunks]
-            # The first chunk's SSHError (every outcome then unknown) once all have ended.
-            return [outcome for done in sending for outcome in done.result()]
+        shares = equal_shares(specs, most=chunk, parallel=parallel)
+        return send_at_once(shares, submit_chunk, parallel=parallel, prepare=prepare)
 
     def _submit_loop_chunk(
         self,
@@ -603,11 +656,12 @@ class SchedulerAdapter(ABC):
 
     @abstractmethod
     def find_job(self, name: str) -> str | None:
-        """The id of a live job with this name, if any. QueryFailed if the query failed."""
+        """The id of a live job with this key (JobSpec.key), if any. QueryFailed if the query
+        failed."""
 
     def find_jobs(self, names: list[str]) -> dict[str, str]:
-        """Name -> id of the live jobs with these names (missing: none). QueryFailed if a query
-        failed. This fallback asks one name at a time."""
+        """Key (JobSpec.key) -> id of the live jobs with these keys (missing: none). QueryFailed
+        if a query failed. This fallback asks one key at a time."""
         found: dict[str, str] = {}
         for name in names:
             job_id = self.find_job(name)
@@ -629,7 +683,8 @@ class SchedulerAdapter(ABC):
 
     @abstractmethod
     def list_platform_jobs(self, prefix: str) -> dict[str, str]:
-        """Live jobs whose name starts with ``prefix``: job id -> name. QueryFailed on failure."""
+        """Live jobs whose name starts with ``prefix``: job id -> its key (its name, or for a
+        task of a job array ``task_key``, as JobSpec.key). QueryFailed on failure."""
 
     @abstractmethod
     def partitions(self) -> list[Partition]:
@@ -650,7 +705,8 @@ class SchedulerAdapter(ABC):
     @abstractmethod
     def interactive_command(self, job_id: str, argv: list[str], *, pty: bool) -> str:
         """The login host's command line that runs argv (none: the user's login shell) on the
-        job's node, inside its allocation, under a terminal of its own when ``pty``."""
+        job's node, inside its allocation, under a terminal of its own when ``pty``. It may ask
+        the scheduler first (SchedulerError if the job is not running)."""
 
     @classmethod
     @abstractmethod

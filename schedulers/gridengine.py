@@ -26,6 +26,8 @@ from dataclasses import replace
 from datetime import datetime
 
 from schedulers.base import (
+    ENVIRONMENT_DIR,
+    JOBS_FOLDER,
     SAFE_VALUE,
     CommandResult,
     FieldSyntax,
@@ -40,6 +42,8 @@ from schedulers.base import (
     SchedulerError,
     SubmitLoop,
     clock_time,
+    environment_file,
+    reads_environment,
     shell_answer,
     shell_part,
     shell_shared,
@@ -97,9 +101,6 @@ LIMIT_ENFORCED = 37  # "qmaster enforced h_rt, h_cpu, or h_vmem limit"
 ACCOUNTING_UNREADABLE = ("can't open", "error reading", "No such file")
 NOT_IN_ACCOUNTING = re.compile(r"^error: job id \S+ not found$")
 
-# The account's private file the job's environment waits in, named after the job.
-JOBS_FOLDER = "/.activate/jobs"
-ENVIRONMENT_DIR = "$HOME" + JOBS_FOLDER
 # Several jobs per command (base.SubmitLoop): on stdin each job is a line "NAME ENVSIZE SIZE
 # OPTION..." and then its environment's ENVSIZE bytes and its script's SIZE bytes. The loop writes
 # the environment to the job's file and gives qsub the script on stdin and the OPTIONs (each a
@@ -367,15 +368,9 @@ class GridEngineAdapter(SchedulerAdapter):
         return options
 
     def render_script(self, spec: JobSpec) -> str:
-        lines = super().render_script(replace(spec, environment={})).split("\n")
-        header = next(i for i, line in enumerate(lines) if not line.startswith("#"))
-        environment = f'"{ENVIRONMENT_DIR}/{spec.name}.env"'
-        lines.insert(header, f"set -a; . {environment} || exit 1; set +a; rm -f {environment}")
-        return "\n".join(lines)
-
-    @staticmethod
-    def environment_file(spec: JobSpec) -> str:
-        return "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(spec.environment.items()))
+        # The account's private file the job's environment waits in, named after the job.
+        script = super().render_script(replace(spec, environment={}))
+        return reads_environment(script, f'"{ENVIRONMENT_DIR}/{spec.name}.env"')
 
     def submit(self, spec: JobSpec) -> str:
         [outcome] = self.submit_many([spec])
@@ -402,7 +397,7 @@ class GridEngineAdapter(SchedulerAdapter):
         # The environment too: render_script leaves it out of the script, and so of its checks.
         self.check_spec(spec)
         script = self.render_script(spec)
-        environment = self.environment_file(spec)
+        environment = environment_file(spec)
         sizes = [str(len(environment.encode())), str(len(script.encode()))]
         return [spec.name, *sizes, *self.submit_options(spec)], environment + script
 

@@ -80,9 +80,12 @@ def owners_environment(
     account = accounts.connect_account(user, cluster, remote_username=owner, private_key=key)
     assert accounts.verify_account(account), account.last_error
     yield environment
-    names = ",".join(w.job_name for w in Worker.objects.all())
-    if names:
-        subprocess.run(["scancel", f"--name={names}"], check=False, timeout=60)
+    # By id: scancel --name takes one name, and a bulk's tasks carry their array's.
+    ids = list(
+        Worker.objects.exclude(scheduler_job_id="").values_list("scheduler_job_id", flat=True)
+    )
+    if ids:
+        subprocess.run(["scancel", *ids], check=False, timeout=60)
 
 
 PW = Path(sys.executable).with_name("pw")

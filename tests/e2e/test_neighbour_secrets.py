@@ -34,20 +34,25 @@ def run_as(
     )
 
 
-@pytest.fixture
-def running_worker(owners_environment: Environment, user: User) -> Worker:
-    """A worker of the owner's own account whose job runs, its agent started on the node. It is
-    submitted with a second one, so its script goes through the batched sbatch loop (scripts on
-    the login shell's stdin, never in a file or a command line)."""
-    worker, other = (
+@pytest.fixture(params=["alone", "in a bulk"])
+def running_worker(
+    request: pytest.FixtureRequest, owners_environment: Environment, user: User
+) -> Worker:
+    """A worker of the owner's own account whose job runs, its agent started on the node.
+    Alone, its key is in its job's script (on sbatch's stdin, never in a file or a command
+    line); in a bulk its job is a task of an array, and its key in a 0600 file of the owner's
+    that the task reads and removes as it starts."""
+    count = 1 if request.param == "alone" else 2
+    worker, *others = (
         requests.request_worker(
             owner=user, cluster=owners_environment.cluster.name, environment=owners_environment.name
         )
-        for _ in range(2)
+        for _ in range(count)
     )
-    outcomes = jobs.submit_workers([worker.pk, other.pk])
+    outcomes = jobs.submit_workers([worker.pk, *(other.pk for other in others)])
     assert all(o.startswith("submitted as job") for o in outcomes.values()), outcomes
     worker.refresh_from_db()
+    assert bool(worker.job_task) == bool(others)
     wait_for(lambda: agent_pids(worker.public_id), timeout=90)
     return worker
 
@@ -71,16 +76,19 @@ def test_the_agents_key_is_in_nothing_a_neighbour_can_read(
     listing = run_as(neighbour, "ps", "-eo", "user,pid,args", "--width", "100000")
     assert listing.returncode == 0 and f"{pid}" in listing.stdout
     assert secret not in listing.stdout
-    # The job's script, which holds the key: Slurm gives it to its owner only.
+    # The job's script, which holds the key of a job alone: Slurm gives it to its owner only.
     script = run_as(neighbour, "scontrol", "write", "batch_script", job_id, "-")
     # (Slurm 22.05's scontrol exits 0 on this refusal: its words and the empty output tell.)
     assert script.stdout == "" and "retrieval failed" in script.stderr, script
     assert secret not in script.stderr
     owners_script = run_as(owner, "scontrol", "write", "batch_script", job_id, "-")
-    assert owners_script.returncode == 0 and secret in owners_script.stdout
+    assert owners_script.returncode == 0
+    assert (secret in owners_script.stdout) is not bool(running_worker.job_task)
     # What Slurm tells anyone about the job, in full detail.
     shown = run_as(neighbour, "scontrol", "show", "job", "-dd", job_id)
-    assert shown.returncode == 0 and f"JobId={job_id}" in shown.stdout
+    array, _, task = job_id.partition("_")
+    names = f"ArrayJobId={array} ArrayTaskId={task}" if task else f"JobId={job_id}"
+    assert shown.returncode == 0 and names in shown.stdout
     assert secret not in shown.stdout
     # Every file the neighbour can open where a job's traces could lie.
     # The same search as root finds the key where Slurm keeps the job's script: the places are
@@ -93,7 +101,12 @@ def test_the_agents_key_is_in_nothing_a_neighbour_can_read(
         text=True,
         timeout=120,
     )
-    assert found.stdout.strip(), "the search finds no copy of the key even as root"
+    if running_worker.job_task:
+        # A task's key waited in a file of the owner's that the task removed as it started
+        # (tests/schedulers/test_slurm_arrays.py: refused to the neighbour while it waits).
+        assert not found.stdout.strip(), found.stdout
+    else:
+        assert found.stdout.strip(), "the search finds no copy of the key even as root"
     searched = run_as(
         neighbour, "grep", "-rlsF", "-f", "-", "--", *SEARCHED, stdin=secret + "\n", timeout=120
     )

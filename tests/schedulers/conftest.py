@@ -12,11 +12,32 @@ from pathlib import Path
 
 import pytest
 
+from core.transport.connection import SSHConnection
 from schedulers.base import CommandResult, JobInfo, Phase, SchedulerAdapter
+from schedulers.slurm import SlurmAdapter
 from tests.core.transport.conftest import ssh  # noqa: F401 (the fixture, for the adapters' tests)
 from workers_app.cluster_access import close_all_connections
 
 DATA = Path(__file__).parent / "data"
+# An environment value no quoting of ours may let the shell read.
+HOSTILE = 'it\'s "quoted" $(touch ~/pwned) `id` ; rm -rf ~ \n second line \\ end'
+# Keeps a Slurm job pending: users may not hold their jobs through directives, but may delay them.
+NOT_BEFORE_AN_HOUR = "--begin=now+3600"
+
+
+@pytest.fixture(scope="module")
+def slurm(ssh: SSHConnection) -> SlurmAdapter:  # noqa: F811 (ssh: the fixture imported above)
+    return SlurmAdapter(ssh)
+
+
+@pytest.fixture
+def submitted(slurm: SlurmAdapter) -> Iterator[list[str]]:
+    """Ids of the Slurm jobs a test submits (an array's number: all its tasks); all are
+    cancelled afterwards."""
+    ids: list[str] = []
+    yield ids
+    for job_id in ids:
+        slurm.cancel(job_id)
 
 
 def data(name: str) -> str:

@@ -68,7 +68,7 @@ def test_each_script_gets_its_own_outcome_in_order() -> None:
             )
         ),
     )
-    outcomes = SlurmAdapter(runner).submit_many([spec("a"), spec("b"), spec("c")])
+    outcomes = SlurmAdapter(runner).submit_each([spec("a"), spec("b"), spec("c")])
 
     assert outcomes[0] == "101" and outcomes[2] == "103"
     assert isinstance(outcomes[1], SchedulerError)
@@ -83,7 +83,7 @@ def test_each_script_gets_its_own_outcome_in_order() -> None:
 
 def test_a_batch_cut_short_leaves_the_rest_unknown() -> None:
     runner = FakeRunner().on("sh", ok(answered(("201", 0)) + "202\n"))
-    outcomes = SlurmAdapter(runner).submit_many([spec("a"), spec("b"), spec("c")])
+    outcomes = SlurmAdapter(runner).submit_each([spec("a"), spec("b"), spec("c")])
 
     assert outcomes[0] == "201"
     assert all(isinstance(o, SchedulerUnavailable) for o in outcomes[1:])
@@ -94,14 +94,14 @@ def test_an_unreadable_answer_is_unknown_and_a_controller_outage_is_unavailable(
         "sh",
         ok(answered(("Submitted batch job", 0), ("Unable to contact slurm controller", 1))),
     )
-    outcomes = SlurmAdapter(runner).submit_many([spec("a"), spec("b")])
+    outcomes = SlurmAdapter(runner).submit_each([spec("a"), spec("b")])
 
     assert all(isinstance(o, SchedulerUnavailable) for o in outcomes)
 
 
 def test_a_spec_refused_before_sending_does_not_stop_the_others() -> None:
     runner = FakeRunner().on("sh", ok(answered(("301", 0), ("302", 0))))
-    outcomes = SlurmAdapter(runner).submit_many(
+    outcomes = SlurmAdapter(runner).submit_each(
         [spec("a"), spec("bad name\nsbatch evil"), spec("c")]
     )
 
@@ -130,7 +130,7 @@ def test_a_large_batch_goes_in_a_few_commands_at_once(monkeypatch: pytest.Monkey
     monkeypatch.setattr(slurm, "SUBMIT_PARALLEL", 3)
     runner = FakeRunner().on("sh", ok(answered(*[("7", 0)] * 4)))
 
-    outcomes = SlurmAdapter(runner).submit_many([spec(f"w{n}") for n in range(12)])
+    outcomes = SlurmAdapter(runner).submit_each([spec(f"w{n}") for n in range(12)])
 
     assert len(runner.calls) == 3
     assert outcomes == ["7"] * 12
@@ -145,7 +145,7 @@ def test_a_batch_past_one_round_is_dealt_in_equal_shares_a_multiple_of_those_at_
     runner = FakeRunner().on("sh", ok(answered(*[("7", 0)] * 50)))
     names = [f"w{n}" for n in range(200)]
 
-    outcomes = SlurmAdapter(runner).submit_many([spec(name) for name in names])
+    outcomes = SlurmAdapter(runner).submit_each([spec(name) for name in names])
 
     # Then two rounds of three commands of 33 or 34 scripts, none left to run alone, every
     # job sent once and in order
@@ -182,7 +182,7 @@ def test_each_command_is_prepared_just_before_it_starts_and_the_first_starts_bef
     runner = Runner().on("sh", ok(answered(*[("7", 0)] * 3)))
 
     # When they are submitted
-    outcomes = SlurmAdapter(runner).submit_many([spec(f"w{n}") for n in range(9)], prepare=prepare)
+    outcomes = SlurmAdapter(runner).submit_each([spec(f"w{n}") for n in range(9)], prepare=prepare)
 
     # Then each command sent only jobs already prepared, with what prepare gave them
     assert outcomes == ["7"] * 9
@@ -217,7 +217,7 @@ def test_the_end_every_script_shares_goes_once_a_command_and_each_script_arrives
     specs = [spec(f"w{n}", environment={"KEY": f"key-{n}"}, command=agent) for n in range(12)]
     runner = FakeRunner().on("sh", ok(answered(*[("7", 0)] * 4)))
 
-    outcomes = SlurmAdapter(runner).submit_many(specs)
+    outcomes = SlurmAdapter(runner).submit_each(specs)
 
     # Then each command carries the agent once, and each script is whole once put together
     assert outcomes == ["7"] * 12

@@ -17,29 +17,9 @@ from schedulers import slurm as slurm_module
 from schedulers.base import JobSpec, Phase, SchedulerError
 from schedulers.slurm import SUBMIT_PARALLEL, SlurmAdapter
 from tests.conftest import SshTarget
-from tests.schedulers.conftest import has_ended, is_running, wait_for
+from tests.schedulers.conftest import HOSTILE, NOT_BEFORE_AN_HOUR, has_ended, is_running, wait_for
 
 pytestmark = pytest.mark.slurm
-
-HOSTILE = 'it\'s "quoted" $(touch ~/pwned) `id` ; rm -rf ~ \n second line \\ end'
-
-
-@pytest.fixture(scope="module")
-def slurm(ssh: SSHConnection) -> SlurmAdapter:
-    return SlurmAdapter(ssh)
-
-
-@pytest.fixture
-def submitted(slurm: SlurmAdapter) -> Iterator[list[str]]:
-    """Ids of the jobs a test submits; all are cancelled afterwards."""
-    ids: list[str] = []
-    yield ids
-    for job_id in ids:
-        slurm.cancel(job_id)
-
-
-# Keeps a job pending: users may not hold their jobs through directives, but may delay them.
-NOT_BEFORE_AN_HOUR = "--begin=now+3600"
 
 
 def submit(
@@ -239,9 +219,9 @@ def test_many_jobs_go_in_a_few_commands_with_one_outcome_each(
         )
         for n in range(12)
     ]
-    # When they are submitted together
+    # When they are submitted together, one sbatch each
     before = ssh.commands_run
-    outcomes = slurm.submit_many(specs)
+    outcomes = slurm.submit_each(specs)
     submitted += [o for o in outcomes if isinstance(o, str)]
     # Then a few commands at once made eleven jobs, each findable by its name, and the bad one
     # says why
@@ -274,9 +254,9 @@ def test_a_batch_past_one_round_goes_in_equal_shares_each_job_made_once_under_it
         )
         for n in range(13)
     ]
-    # When they are submitted together
+    # When they are submitted together, one sbatch each
     before = ssh.commands_run
-    outcomes = slurm.submit_many(specs)
+    outcomes = slurm.submit_each(specs)
     submitted += [o for o in outcomes if isinstance(o, str)]
     # Then three rounds of three commands (shares of one or two scripts) made 13 jobs, one per
     # name, each outcome the id of the job of that name
@@ -374,7 +354,7 @@ def test_a_neighbour_watching_the_submit_loops_at_once_gets_no_script_and_no_sec
                 )
                 for n, key in enumerate(batch)
             ]
-            outcomes = slurm.submit_many(specs)
+            outcomes = slurm.submit_each(specs)
             submitted += [o for o in outcomes if isinstance(o, str)]
             assert all(isinstance(o, str) for o in outcomes), outcomes
             if loop_read_while_held():

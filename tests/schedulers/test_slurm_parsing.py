@@ -318,6 +318,38 @@ def test_final_state_is_none_when_nobody_remembers_the_job() -> None:
     assert SlurmAdapter(runner).final_state("99999998") is None
 
 
+def test_final_state_of_a_task_of_a_live_array_scontrol_no_longer_has_is_none() -> None:
+    # A task cancelled while pending leaves no record; scontrol says so on stdout.
+    runner = (
+        FakeRunner()
+        .on("sacct", failed(data("sacct_disabled.stderr")))
+        .on("scontrol", failed("", stdout="Job 12_3 not found\n"))
+    )
+    assert SlurmAdapter(runner).final_state("12_3") is None
+    # Anything else scontrol says is no answer, for a task or a job.
+    for job_id, said in [("12_3", "Job 12_4 not found\n"), ("12", "Job 12 not found\n")]:
+        runner = (
+            FakeRunner()
+            .on("sacct", failed(data("sacct_disabled.stderr")))
+            .on("scontrol", failed("", stdout=said))
+        )
+        with pytest.raises(QueryFailed, match="scontrol"):
+            SlurmAdapter(runner).final_state(job_id)
+
+
+def test_final_state_of_a_task_reads_its_own_scontrol_line() -> None:
+    line = (
+        "JobId=17 ArrayJobId=12 ArrayTaskId=3 JobName=arr UserId=u(1) GroupId=u(1) "
+        "JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 NodeList=n1\n"
+    )
+    runner = (
+        FakeRunner().on("sacct", failed(data("sacct_disabled.stderr"))).on("scontrol", ok(line))
+    )
+    info = SlurmAdapter(runner).final_state("12_3")
+    assert info is not None and (info.state, info.node, info.exit_code) == ("TIMEOUT", "n1", "0:15")
+    assert SlurmAdapter(runner).final_state("12_4") is None
+
+
 def test_final_state_does_not_guess_when_accounting_is_down() -> None:
     runner = (
         FakeRunner()
@@ -589,7 +621,10 @@ def test_options_a_field_sets_are_refused_in_raw_directives(directive: str, opti
     assert problem is not None and option in problem
 
 
-@pytest.mark.parametrize(("listed", "cancelled"), [("12", "12"), ("12_3", "12"), ("12+0", "12")])
+@pytest.mark.parametrize(
+    ("listed", "cancelled"),
+    [("12", "12"), ("12_3", "12_3"), ("12_[0-2]", "12"), ("12+0", "12")],
+)
 def test_cancel_takes_every_form_of_job_id_squeue_prints(listed: str, cancelled: str) -> None:
     runner = FakeRunner().on("scancel", ok(""))
     SlurmAdapter(runner).cancel(listed)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -147,19 +148,23 @@ def _send_jobs(
     """Adopt the jobs an earlier attempt made (found by name), submit the others' jobs: the
     adopted with their job ids, the fresh, and each fresh one's job id or refusal."""
     adapter = adapter_for_worker(workers[0])
-    retried = [w.job_name for w in workers if _may_have_a_job(w)]
+    # Found by the key the last attempt committed (its own name, or its task of an array).
+    retried = [w.job_key for w in workers if _may_have_a_job(w)]
     found = adapter.find_jobs(retried) if retried else {}
-    adopted = [(w, found[w.job_name]) for w in workers if w.job_name in found]
-    fresh = [w for w in workers if w.job_name not in found]
+    adopted = [(w, found[w.job_key]) for w in workers if w.job_key in found]
+    fresh = [w for w in workers if w.job_key not in found]
     if not fresh:
         return adopted, fresh, []
     by_name = {w.job_name: w for w in fresh}
 
     def with_new_secrets(specs: list[JobSpec]) -> list[JobSpec]:
-        return _specs_with_new_secrets([by_name[spec.name] for spec in specs])
+        return _specs_with_new_secrets(specs, by_name)
 
     # Keyed a command's worth at a time: the first command starts while the rest are keyed.
-    unkeyed = [JobSpec(name=w.job_name, partition=w.job_partition, directives=[]) for w in fresh]
+    unkeyed = [
+        JobSpec(name=w.job_name, partition=w.job_partition, directives=list(w.job_directives))
+        for w in fresh
+    ]
     return adopted, fresh, adapter.submit_many(unkeyed, prepare=with_new_secrets)
 
 
@@ -173,16 +178,25 @@ def _may_have_a_job(worker: Worker) -> bool:
     return bool(worker.agent_secret_hash) or transaction.get_connection().in_atomic_block
 
 
-def _specs_with_new_secrets(workers: list[Worker]) -> list[JobSpec]:
-    """Each worker's job with a fresh agent key, whose hash is committed before any submit
-    command runs (so a worker with a hash may have a job, and one without never had)."""
+def _specs_with_new_secrets(specs: list[JobSpec], by_name: dict[str, Worker]) -> list[JobSpec]:
+    """Each spec's worker's job with a fresh agent key, whose hash is committed before any
+    submit command runs (so a worker with a hash may have a job, and one without never had),
+    with the key its job will be found by (a task of an array, as the adapter chose)."""
+    workers = [by_name[spec.name] for spec in specs]
     keys = []
-    for worker in workers:
+    for worker, spec in zip(workers, specs, strict=True):
         key = issue_agent_key(worker.public_id)
         worker.agent_secret_hash = key.key_hash
+        worker.job_task = spec.key if spec.array else ""
         keys.append(key)
-    update_each(Worker, {w.pk: {"agent_secret_hash": w.agent_secret_hash} for w in workers})
-    return [job_spec(w, key) for w, key in zip(workers, keys, strict=True)]
+    update_each(
+        Worker,
+        {w.pk: {"agent_secret_hash": w.agent_secret_hash, "job_task": w.job_task} for w in workers},
+    )
+    return [
+        replace(job_spec(w, key), array=spec.array, index=spec.index)
+        for w, key, spec in zip(workers, keys, specs, strict=True)
+    ]
 
 
 def job_spec(worker: Worker, key: AgentKey) -> JobSpec:
@@ -477,16 +491,16 @@ def _reconcile_account(cluster: Cluster, account: ClusterAccount | None) -> list
     except (SSHError, QueryFailed) as exc:
         log.warning("reconcile of %s as %s failed: %s", cluster.name, account or "its own", exc)
         return []
+    keys = set(jobs.values())
+    named = Q(public_id__in={key.removeprefix(prefix) for key in keys}, job_task="")
     workers = {
-        worker.public_id: worker
-        for worker in Worker.objects.filter(
-            cluster=cluster, public_id__in={name.removeprefix(prefix) for name in jobs.values()}
-        ).only("public_id", "status", "scheduler_job_id", "cancel_requested")
+        worker.job_key: worker
+        for worker in Worker.objects.filter(named | Q(job_task__in=keys), cluster=cluster).only(
+            "public_id", "job_task", "status", "scheduler_job_id", "cancel_requested"
+        )
     }
     orphans = [
-        job_id
-        for job_id, name in jobs.items()
-        if not _job_is_wanted(job_id, workers.get(name.removeprefix(prefix)))
+        job_id for job_id, key in jobs.items() if not _job_is_wanted(job_id, workers.get(key))
     ]
     for job_id in orphans:
         try:

@@ -66,6 +66,9 @@ class Worker(IdlePolicy):
     )
     status_reason = models.CharField(max_length=512, blank=True)
     scheduler_job_id = models.CharField(max_length=64, blank=True)
+    # Set when the job goes as a task of a job array ("NAME[INDEX]", schedulers.base.task_key):
+    # its tasks share the array's name, so this is what the worker's job is found by.
+    job_task = models.CharField(max_length=160, blank=True)
     node_hostname = models.CharField(max_length=255, blank=True)
     scheduler_state = models.CharField(max_length=64, blank=True)
     exit_code = models.CharField(max_length=32, blank=True)
@@ -125,6 +128,12 @@ class Worker(IdlePolicy):
     @property
     def job_name(self) -> str:
         return job_name_for(self.public_id)
+
+    @property
+    def job_key(self) -> str:
+        """What the scheduler's listing names this worker's job by: its task of an array, or
+        its own name."""
+        return self.job_task or self.job_name
 
     @property
     def is_finished(self) -> bool:

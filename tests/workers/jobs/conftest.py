@@ -45,10 +45,20 @@ def environment(db: None, make_cluster, ssh_target: SshTarget) -> Iterator[Envir
     )
     yield env
     names = [w.job_name for w in Worker.objects.all()]
+    # A bulk's jobs are tasks of arrays named apart from their workers.
+    names += {w.job_task.partition("[")[0] for w in Worker.objects.exclude(job_task="")}
     names += [job_name_for("wnotaworker"), "pw-worker-otherinst-wnotaworker", "someone-elses-job"]
-    for start in range(0, len(names), 100):
-        chunk = ",".join(names[start : start + 100])
-        subprocess.run(["scancel", "-u", ssh_target.user, f"--name={chunk}"], timeout=60)
+    # scancel --name takes one name: the account's jobs are listed once and cancelled by id.
+    wanted = set(names)
+    listed = subprocess.run(
+        ["squeue", "-h", "--array", "-u", ssh_target.user, "-o", "%i|%j"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.splitlines()
+    ids = [line.split("|")[0] for line in listed if line.partition("|")[2] in wanted]
+    for start in range(0, len(ids), 200):
+        subprocess.run(["scancel", *ids[start : start + 200]], timeout=60)
 
 
 @pytest.fixture

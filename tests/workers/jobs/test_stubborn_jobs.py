@@ -74,7 +74,9 @@ def test_reconcile_cancels_orphans_of_every_id_form_and_carries_on(
     try:
         cancelled = jobs.reconcile_cluster(environment.cluster_id)
         # Two jobs share the orphan's name (a duplicate, e.g.): both go, not just one of them.
-        assert plain_id in cancelled and array_id in cancelled, cancelled
+        # Listed by task (squeue --array): each task of the array goes.
+        tasks = {f"{array_id}_{n}" for n in range(3)}
+        assert plain_id in cancelled and tasks <= set(cancelled), cancelled
         assert orphan not in ssh_target.job_names()
     finally:
         ssh_target.cancel_ids([array_id, plain_id])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-from typing import Any
 
 import pytest
 from django.db import connection
@@ -97,38 +96,42 @@ def test_a_first_attempt_runs_only_the_submit_command_and_a_retry_looks_first(
 def test_each_batch_command_runs_only_once_its_jobs_new_agent_secrets_are_committed(
     monkeypatch: pytest.MonkeyPatch, new_worker, ssh_target: SshTarget
 ) -> None:
-    # Given 12 pending workers, submitted 3 commands at once (so in commands of 4)
-    monkeypatch.setattr(slurm, "SUBMIT_PARALLEL", 3)
+    # Given 12 pending workers, submitted as arrays of at most 4, 3 at once
+    monkeypatch.setattr(slurm, "ARRAY_TASKS", 4)
+    monkeypatch.setattr(slurm, "ARRAY_PARALLEL", 3)
     workers = [new_worker(directives="--begin=now+7days") for _ in range(12)]
     by_name = {w.job_name: w.pk for w in workers}
-    stored_at_start: dict[str, tuple[str, str]] = {}
-    sending = slurm.SlurmAdapter._submit_loop_chunk
+    stored_at_start: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {}
+    sending = slurm.SlurmAdapter._submit_array
 
     def noting_what_is_committed(
-        adapter: slurm.SlurmAdapter, specs: list[JobSpec], *args: Any
+        adapter: slurm.SlurmAdapter, specs: list[JobSpec]
     ) -> list[str | SchedulerError]:
         # This thread's own database connection sees only what was committed.
-        hashes = dict(
-            Worker.objects.filter(pk__in=[by_name[s.name] for s in specs]).values_list(
-                "pk", "agent_secret_hash"
-            )
-        )
+        stored = {
+            pk: (secret_hash, task)
+            for pk, secret_hash, task in Worker.objects.filter(
+                pk__in=[by_name[s.name] for s in specs]
+            ).values_list("pk", "agent_secret_hash", "job_task")
+        }
         connection.close()
         for s in specs:
-            given = hash_secret(s.environment["ACTIVATE_AGENT_KEY"])
-            stored_at_start[s.name] = (hashes[by_name[s.name]], given)
-        return sending(adapter, specs, *args)
+            given = (hash_secret(s.environment["ACTIVATE_AGENT_KEY"]), s.key)
+            stored_at_start[s.name] = (stored[by_name[s.name]], given)
+        return sending(adapter, specs)
 
-    monkeypatch.setattr(slurm.SlurmAdapter, "_submit_loop_chunk", noting_what_is_committed)
+    monkeypatch.setattr(slurm.SlurmAdapter, "_submit_array", noting_what_is_committed)
 
     # When they are submitted together
     outcomes = jobs.submit_workers([w.pk for w in workers])
 
-    # Then each job's command started with that job's new secret's hash already committed
+    # Then each array's command started with its jobs' new secrets' hashes and the keys they
+    # are found by (their tasks) already committed
     assert all(o.startswith("submitted as job") for o in outcomes.values()), outcomes
     assert sorted(stored_at_start) == sorted(by_name)
     assert all(stored == given for stored, given in stored_at_start.values())
     assert len({given for _, given in stored_at_start.values()}) == 12
+    assert len({given[1].split("[")[0] for _, given in stored_at_start.values()}) == 3
 
 
 def test_with_200_live_workers_one_poll_runs_one_status_command(
