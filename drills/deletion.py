@@ -2,14 +2,15 @@
 deleted worker remains in squeue.
 
 Statuses covered: pending (deleted in its submission's dangerous window, its job made by sbatch
-and not yet recorded, or 0-0.3 s after the request: before, during or just after its
-submission), queued, starting (its agent cannot call back: the agents' server is down
-meanwhile), connected, stopping (deleted twice), and stopped (deleted again). Mid-submit
-requests and deletions call workers_app.actions (what the API calls) in-process; the window is
-held open (drills.drill recording_held: the row locked once the agent secret is committed,
-until squeue lists the job), and a deletion counts as in it only when, as it was made, squeue
-listed the worker's job and its row had no job id. The drill fails when fewer than half the
-mid-submit deletions landed so, or when such a worker's job was not taken up for cancelling.
+and not yet recorded, one of a bulk of two whose jobs go together (a Slurm array); or 0-0.3 s
+after the request: before, during or just after its submission), queued, starting (its agent
+cannot call back: the agents' server is down meanwhile), connected, stopping (deleted twice),
+and stopped (deleted again). Mid-submit requests and deletions call workers_app.actions (what
+the API calls) in-process; the window is held open (drills.drill recording_held: the row locked
+once the agent secret is committed, until squeue lists the job), and a deletion counts as in it
+only when, as it was made, squeue listed the worker's job and its row had no job id. The drill
+fails when fewer than half the mid-submit deletions landed so, or when such a worker's job was
+not taken up for cancelling.
 The others go through the API.
 """
 
@@ -68,23 +69,35 @@ def run(target: SshTarget, *, mid_submit: int = 10) -> DrillResult:
         in_window: dict[int, str] = {}
         missed, number = 0, 0
         while number < mid_submit and missed <= mid_submit:
-            worker = requests.request_worker(
-                owner=drill.owner, cluster=drill.cluster.name, environment=HELD_ENVIRONMENT
-            )
             if number % 2 == 0:
-                with recording_held(target, [worker.pk]) as window:
-                    listed = unrecorded(window)
+                # A bulk of two, submitted together (on Slurm one array): the first is deleted
+                # in the window, its sibling once its job is recorded.
+                worker, sibling = requests.request_workers(
+                    owner=drill.owner,
+                    cluster=drill.cluster.name,
+                    environment=HELD_ENVIRONMENT,
+                    count=2,
+                )
+                with recording_held(target, [worker.pk, sibling.pk]) as window:
+                    listed = {pk: j for pk, j in unrecorded(window).items() if pk == worker.pk}
                     worker.refresh_from_db()
                     status = worker.status
                     deletion.delete_worker(worker)
                     # Pending to stopped is the deletion finding the row still without its job.
                     worker.refresh_from_db()
                     hit = listed if worker.status == S.STOPPED else {}
+                drill.wait_status([sibling], {S.QUEUED}, timeout=30)
+                sibling.refresh_from_db()
+                deleted_in[sibling.status] += 1
+                deletion.delete_worker(sibling)
                 if not hit:
                     missed += 1  # deleted, but not in its window: not counted
                     continue
                 in_window.update(hit)
             else:
+                worker = requests.request_worker(
+                    owner=drill.owner, cluster=drill.cluster.name, environment=HELD_ENVIRONMENT
+                )
                 pause(chooser.uniform(0, 0.3))
                 worker.refresh_from_db()
                 status = worker.status
