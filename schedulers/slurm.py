@@ -647,16 +647,12 @@ class SlurmAdapter(SchedulerAdapter):
 
     def find_jobs(self, names: list[str]) -> dict[str, str]:
         # A key names a job (its name) or a task of an array (the array's name and its index).
-        by_name: dict[str, list[str]] = {}
-        for key in names:
-            task = re.fullmatch(r"(.+)\[([0-9]+)\]", key)
-            by_name.setdefault(task.group(1) if task else key, []).append(key)
-        bad = [name for name in by_name if not NAME_ARGUMENT.fullmatch(name) or "," in name]
+        squeue_names = list(dict.fromkeys(re.sub(r"\[[0-9]+\]$", "", key) for key in names))
+        bad = [name for name in squeue_names if not NAME_ARGUMENT.fullmatch(name) or "," in name]
         if bad:
             raise ValueError(f"not job names squeue can look up: {bad[:5]!r}")
         wanted = set(names)
         found: dict[str, str] = {}
-        squeue_names = list(by_name)
         for start in range(0, len(squeue_names), NAME_CHUNK):
             chunk = squeue_names[start : start + NAME_CHUNK]
             # The account's own jobs only (--me): anyone on the cluster can name a job like ours.

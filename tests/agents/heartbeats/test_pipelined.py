@@ -13,7 +13,7 @@ import redis.asyncio
 from django.conf import settings
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from agents.pipelined import PipelinedScript
+from agents.pipelined import PipelinedScript, packed
 from core.redis_connection import async_redis_client, redis_client
 
 ECHO = "redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
@@ -119,3 +119,32 @@ def test_calls_redis_does_not_answer_fail_after_the_socket_timeout(waiting: int)
     outcomes, took = asyncio.run(scenario())
     assert all(isinstance(outcome, RedisTimeoutError) for outcome in outcomes), outcomes
     assert 0.5 <= took < 2, took
+
+
+def test_commands_are_packed_as_redis_py_packs_them_and_redis_reads_each_argument_whole() -> None:
+    # Given arguments of every kind a beat sends: text (non-ASCII too), numbers, bytes, empty
+    arguments: list[str | int | float | bytes] = ["k", "héllo\r\n$3", 120000, 0.25, b"\x00\xff", ""]
+    connection = redis_client().connection_pool.make_connection()
+    # Then the bytes are redis-py's own, and a script sees each argument as it was given
+    assert packed("ECHO", *arguments) == b"".join(connection.pack_command("ECHO", *arguments))
+
+    async def scenario() -> list[bytes]:
+        client = async_redis_client()
+        script = PipelinedScript(client, "return ARGV")
+        try:
+            answer: list[bytes] = await script(keys=[], args=arguments)
+            return answer
+        finally:
+            await script.close()
+            await client.aclose()
+
+    assert asyncio.run(scenario()) == [
+        b"k",
+        "héllo\r\n$3".encode(),
+        b"120000",
+        b"0.25",
+        b"\x00\xff",
+        b"",
+    ]
+    with pytest.raises(TypeError):
+        packed("ECHO", True)
