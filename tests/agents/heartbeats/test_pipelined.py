@@ -148,3 +148,35 @@ def test_commands_are_packed_as_redis_py_packs_them_and_redis_reads_each_argumen
     ]
     with pytest.raises(TypeError):
         packed("ECHO", True)
+
+
+def test_the_commands_of_one_turn_of_the_loop_go_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a count of the writes on the pipelined connection
+    writes: list[int] = []
+    sending = redis.asyncio.Connection.send_packed_command
+
+    async def counted(self: redis.asyncio.Connection, command: object, **kwargs: object) -> None:
+        writes.append(1)
+        await sending(self, command, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(redis.asyncio.Connection, "send_packed_command", counted)
+
+    async def scenario() -> list[bytes]:
+        client = async_redis_client()
+        script = PipelinedScript(client, ECHO)
+        try:
+            await script(keys=["test:pipelined"], args=["warm"])  # connected
+            writes.clear()
+            # When 200 calls start in the same turn of the loop
+            return await asyncio.gather(
+                *(script(keys=["test:pipelined"], args=[str(n)]) for n in range(200))
+            )
+        finally:
+            await script.close()
+            await client.aclose()
+
+    # Then each got its own answer, and all went in one write
+    assert asyncio.run(scenario()) == [str(n).encode() for n in range(200)]
+    assert len(writes) == 1
