@@ -20,6 +20,7 @@ import asyncio
 import collections
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio
@@ -51,7 +52,9 @@ class PipelinedScript:
         self.reader: asyncio.Task[None] | None = None
         self.watcher: asyncio.Task[None] | None = None
 
-    async def __call__(self, *, keys: list[str], args: list[str | int | float | bytes]) -> Any:
+    async def __call__(
+        self, *, keys: Sequence[str], args: Sequence[str | int | float | bytes]
+    ) -> Any:
         try:
             return await self._send("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
