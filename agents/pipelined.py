@@ -49,6 +49,7 @@ class PipelinedScript:
         self.waiting: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
         # Commands packed and not yet written: the first one's sender writes them all.
         self.unsent: list[bytes] = []
+        self.flushing: set[asyncio.Task[None]] = set()
         self.reader: asyncio.Task[None] | None = None
         self.watcher: asyncio.Task[None] | None = None
 
@@ -84,14 +85,25 @@ class PipelinedScript:
         if len(self.unsent) == 1:
             # The beats the loop runs in this turn add theirs: one write for them all, where a
             # write a beat was a sixth of the server's time under load.
-            await asyncio.sleep(0)
-            if connection is self.connection:  # else dropped, and what was unsent with it
-                data, self.unsent = b"".join(self.unsent), []
-                try:
-                    await connection.send_packed_command(data, check_health=False)
-                except RedisError as exc:
-                    self._drop(exc)
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                # This caller is cancelled, not the others whose commands wait with its own.
+                flushing = loop.create_task(self._flush(connection))
+                self.flushing.add(flushing)
+                flushing.add_done_callback(self.flushing.discard)
+                raise
+            await self._flush(connection)
         return await answer
+
+    async def _flush(self, connection: AbstractConnection) -> None:
+        if connection is not self.connection:  # dropped, and what was unsent with it
+            return
+        data, self.unsent = b"".join(self.unsent), []
+        try:
+            await connection.send_packed_command(data, check_health=False)
+        except RedisError as exc:
+            self._drop(exc)
 
     async def _connect(self) -> AbstractConnection:
         if self.connecting is None:

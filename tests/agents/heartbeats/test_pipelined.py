@@ -180,3 +180,28 @@ def test_the_commands_of_one_turn_of_the_loop_go_in_one_write(
     # Then each got its own answer, and all went in one write
     assert asyncio.run(scenario()) == [str(n).encode() for n in range(200)]
     assert len(writes) == 1
+
+
+def test_a_caller_cancelled_before_the_write_leaves_the_others_commands_going() -> None:
+    async def scenario() -> list[bytes]:
+        client = async_redis_client()
+        script = PipelinedScript(client, ECHO)
+        try:
+            await script(keys=["test:pipelined"], args=["warm"])
+            # Given the first caller of a turn (the one that writes), cancelled before it writes
+            first = asyncio.ensure_future(script(keys=["test:pipelined"], args=["first"]))
+            others = [
+                asyncio.ensure_future(script(keys=["test:pipelined"], args=[str(n)]))
+                for n in range(5)
+            ]
+            await asyncio.sleep(0)
+            first.cancel()
+            # Then the others still get their answers, and so do later callers
+            answers = list(await asyncio.wait_for(asyncio.gather(*others), 2))
+            answers.append(await asyncio.wait_for(script(keys=["t"], args=["later"]), 2))
+            return answers
+        finally:
+            await script.close()
+            await client.aclose()
+
+    assert asyncio.run(scenario()) == [*(str(n).encode() for n in range(5)), b"later"]
